@@ -1,0 +1,87 @@
+#include "generator.h"
+
+#include "allocator.h"
+#include "runtime.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GeneratorImpl.h>
+
+#include <cstring>
+#include <deque>
+#include <mutex>
+
+namespace torch_musa {
+
+namespace {
+
+// A musa-tagged generator whose state lives in a host (mt19937) generator.
+struct MusaGeneratorImpl final : c10::GeneratorImpl {
+  explicit MusaGeneratorImpl(c10::DeviceIndex d, at::Generator host)
+      : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, d),
+                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+        host_(std::move(host)) {}
+
+  void set_current_seed(uint64_t seed) override { host_.set_current_seed(seed); }
+  void set_offset(uint64_t offset) override { host_.set_offset(offset); }
+  uint64_t get_offset() const override { return host_.get_offset(); }
+  uint64_t current_seed() const override { return host_.current_seed(); }
+  uint64_t seed() override { return host_.seed(); }
+  void set_state(const c10::TensorImpl& state) override {
+    host_.unsafeGetGeneratorImpl()->set_state(state);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    return host_.unsafeGetGeneratorImpl()->get_state();
+  }
+  const at::Generator& host() const { return host_; }
+
+ private:
+  MusaGeneratorImpl* clone_impl() const override {
+    return new MusaGeneratorImpl(device().index(), host_.clone());
+  }
+  at::Generator host_;
+};
+
+at::Generator make(c10::DeviceIndex d, uint64_t seed) {
+  return at::make_generator<MusaGeneratorImpl>(
+      d, at::make_generator<at::CPUGeneratorImpl>(seed));
+}
+
+}  // namespace
+
+const at::Generator& default_generator(c10::DeviceIndex d) {
+  check_device(d);
+  static std::once_flag once;
+  static std::deque<at::Generator> gens;
+  std::call_once(once, [] {
+    for (int i = 0; i < kMaxDevices; ++i)
+      gens.push_back(make(static_cast<c10::DeviceIndex>(i),
+                          c10::default_rng_seed_val));
+  });
+  return gens[d];
+}
+
+at::Generator new_generator(c10::DeviceIndex d) {
+  check_device(d);
+  return make(d, c10::default_rng_seed_val);
+}
+
+at::Generator host_generator_of(const at::Generator& g) {
+  return static_cast<MusaGeneratorImpl*>(g.unsafeGetGeneratorImpl())->host();
+}
+
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
+  TORCH_CHECK(storage->resizable(),
+              "Trying to resize storage that is not resizable");
+  const auto device = storage->device();
+  c10::DataPtr fresh;
+  if (nbytes)
+    fresh = device_allocator().allocate_on(device.index(), nbytes, device);
+  const size_t keep = std::min(nbytes, storage->nbytes());
+  if (keep)
+    driver().memcpy(fresh.get(), storage->data(), keep,
+                    current_stream(device.index()));
+  storage->set_data_ptr_noswap(std::move(fresh));
+  storage->set_nbytes(nbytes);
+}
+
+}  // namespace torch_musa

@@ -1,0 +1,24 @@
+// Zero-copy views of musa memory as host tensors, and the way back.
+//
+// The host driver's device memory is host RAM, so a musa tensor can be handed
+// to a host kernel as a CPU tensor over the same bytes. The alias owns a
+// reference to the musa storage; views a host kernel makes of it alias the
+// same bytes, and are mapped back onto the musa storage afterwards.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+namespace torch_musa {
+
+at::Tensor host_alias(const at::Tensor& musa_tensor);
+
+// A musa tensor with `like`'s sizes, strides, offset and conj/neg bits over
+// `storage`.
+at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like);
+
+// Moves the bytes behind host tensor `t` to musa `device` (adopting them when
+// they came from the musa pool and nothing else holds them, else copying).
+c10::Storage adopt_storage(const at::Tensor& t, c10::DeviceIndex device,
+                           int refs_on_stack);
+
+}  // namespace torch_musa

@@ -1,0 +1,145 @@
+// The host driver: device memory is host RAM, kernels already ran on the CPU
+// by the time they are "enqueued", and each stream keeps a timeline (the time
+// at which its queued work completes). Work that only occupies a stream, such
+// as `_sleep`, advances the timeline without blocking the caller, so queries,
+// events, waits and elapsed times come out as on an asynchronous device.
+#include "driver.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace torch_musa {
+
+struct DriverEvent {
+  c10::DeviceIndex device;
+  bool timing;
+  bool recorded = false;
+  int64_t when_ns = 0;  // completion time of the work recorded before it
+};
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void wait_until(int64_t t) {
+  for (int64_t left = t - now_ns(); left > 0; left = t - now_ns()) {
+    if (left > 200000) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(left - 100000));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+class HostDriver final : public Driver {
+ public:
+  std::string name() const override { return "host"; }
+
+  void* malloc(c10::DeviceIndex, size_t nbytes) override {
+    void* p = nullptr;
+    // 512-byte alignment, as device allocators give; also satisfies the
+    // 64-byte alignment that host kernels expect.
+    if (posix_memalign(&p, 512, std::max<size_t>(nbytes, 1)) != 0) return nullptr;
+    return p;
+  }
+  void free(c10::DeviceIndex, void* ptr, size_t) override { std::free(ptr); }
+  void* malloc_host(size_t nbytes) override {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, std::max<size_t>(nbytes, 1)) != 0) return nullptr;
+    return p;
+  }
+  void free_host(void* ptr) override { std::free(ptr); }
+
+  void memcpy(void* dst, const void* src, size_t nbytes, c10::Stream) override {
+    if (nbytes) std::memcpy(dst, src, nbytes);
+  }
+
+  void stream_sleep(c10::Stream stream, int64_t ns) override {
+    std::lock_guard<std::mutex> g(mu_);
+    int64_t& ready = ready_[key(stream)];
+    ready = std::max(ready, now_ns()) + ns;
+  }
+  bool stream_query(c10::Stream stream) override {
+    return ready_at(stream) <= now_ns();
+  }
+  void stream_synchronize(c10::Stream stream) override {
+    wait_until(ready_at(stream));
+  }
+  void device_synchronize(c10::DeviceIndex device) override {
+    int64_t latest = 0;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (const auto& [k, t] : ready_)
+        if (k.first == device) latest = std::max(latest, t);
+    }
+    wait_until(latest);
+  }
+  void stream_wait_event(c10::Stream waiter, DriverEvent* event) override {
+    if (!event->recorded) return;
+    std::lock_guard<std::mutex> g(mu_);
+    int64_t& ready = ready_[key(waiter)];
+    ready = std::max(ready, event->when_ns);
+  }
+
+  DriverEvent* event_create(c10::DeviceIndex device, bool timing) override {
+    return new DriverEvent{device, timing};
+  }
+  void event_destroy(DriverEvent* event) override { delete event; }
+  void event_record(DriverEvent* event, c10::Stream stream) override {
+    TORCH_CHECK(event->device == stream.device_index(),
+                "Event was created on musa:", int(event->device),
+                " but is being recorded on a stream of musa:",
+                int(stream.device_index()));
+    event->when_ns = std::max(now_ns(), ready_at(stream));
+    event->recorded = true;
+  }
+  bool event_query(DriverEvent* event) override {
+    return !event->recorded || event->when_ns <= now_ns();
+  }
+  void event_synchronize(DriverEvent* event) override {
+    if (event->recorded) wait_until(event->when_ns);
+  }
+  double event_elapsed_ms(DriverEvent* start, DriverEvent* end) override {
+    TORCH_CHECK(start->timing && end->timing,
+                "Both events must be created with enable_timing=True to "
+                "measure elapsed time.");
+    TORCH_CHECK(start->recorded && end->recorded,
+                "Both events must be recorded before calculating elapsed time.");
+    TORCH_CHECK(event_query(start) && event_query(end),
+                "Both events must have completed before calculating elapsed "
+                "time; call synchronize() on the end event first.");
+    return double(end->when_ns - start->when_ns) / 1e6;
+  }
+
+ private:
+  using Key = std::pair<int, int64_t>;
+  static Key key(c10::Stream s) { return {s.device_index(), s.id()}; }
+  int64_t ready_at(c10::Stream s) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = ready_.find(key(s));
+    return it == ready_.end() ? 0 : it->second;
+  }
+  std::mutex mu_;
+  std::map<Key, int64_t> ready_;
+};
+
+}  // namespace
+
+Driver& driver() {
+  static HostDriver host;
+  return host;
+}
+
+}  // namespace torch_musa

@@ -1,0 +1,91 @@
+// Python bindings of the runtime core (torch_musa._C). Kept thin: the
+// torch.musa API is written in Python on top of these.
+#include "allocator.h"
+#include "fallback.h"
+#include "runtime.h"
+
+#include <torch/extension.h>
+
+namespace torch_musa {
+void register_device();
+}
+
+namespace {
+
+using namespace torch_musa;
+
+void configure(int device_count, const std::string& profile,
+               int64_t capacity_bytes, int64_t host_limit_bytes,
+               double clock_hz, const std::vector<int>& unsupported_dtypes) {
+  TORCH_CHECK(!is_initialized(), "musa runtime is already initialized");
+  TORCH_CHECK(device_count >= 0 && device_count <= kMaxDevices,
+              "musa supports at most ", kMaxDevices, " devices, asked for ",
+              device_count);
+  RuntimeConfig& c = config();
+  c.device_count = device_count;
+  c.profile = profile;
+  c.capacity_bytes = capacity_bytes;
+  c.host_limit_bytes = host_limit_bytes;
+  c.clock_hz = clock_hz;
+  c.unsupported_dtypes = 0;
+  for (int t : unsupported_dtypes) c.unsupported_dtypes |= uint64_t(1) << t;
+}
+
+void sleep_cycles(int64_t cycles) {
+  const auto d = current_device();
+  driver().stream_sleep(current_stream(d),
+                        int64_t(double(cycles) / config().clock_hz * 1e9));
+}
+
+py::list snapshot() {
+  py::list out;
+  for (const SegmentInfo& s : device_allocator().snapshot()) {
+    py::dict block;
+    block["address"] = s.address;
+    block["size"] = s.total_size;
+    block["requested_size"] = s.requested_size;
+    block["state"] = s.allocated ? "active_allocated" : "inactive";
+    py::dict seg;
+    seg["device"] = s.device;
+    seg["address"] = s.address;
+    seg["total_size"] = s.total_size;
+    seg["allocated_size"] = s.allocated ? s.total_size : 0;
+    seg["active_size"] = s.allocated ? s.total_size : 0;
+    seg["requested_size"] = s.requested_size;
+    seg["stream"] = s.stream;
+    seg["segment_type"] = s.total_size <= (size_t(1) << 20) ? "small" : "large";
+    seg["blocks"] = py::list(py::make_tuple(block));
+    out.append(seg);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_musa runtime core";
+  m.def("_configure", &configure);
+  m.def("_register_device", &register_device);
+  m.def("_driver_name", [] { return driver().name(); });
+  m.def("_is_initialized", &is_initialized);
+  m.def("_mark_initialized", &mark_initialized);
+  m.def("_get_device", [] { return int(current_device()); });
+  m.def("_set_device", [](int d) { set_current_device(c10::DeviceIndex(d)); });
+  m.def("_check_device", [](int d) { check_device(c10::DeviceIndex(d)); });
+  m.def("_sleep", &sleep_cycles);
+  m.def("_set_memory_fraction", [](double f, int d) {
+    device_allocator().set_memory_fraction(f, c10::DeviceIndex(d));
+  });
+  m.def("_set_allocator_settings", [](int64_t max_split, double gc) {
+    AllocatorSettings s;
+    if (max_split > 0) s.max_split_size = size_t(max_split);
+    s.garbage_collection_threshold = gc;
+    device_allocator().set_settings(s);
+  });
+  m.def("_memory_snapshot", &snapshot);
+  m.def("_device_of_ptr", [](uintptr_t p) {
+    return device_allocator().device_of(reinterpret_cast<void*>(p));
+  });
+  m.def("_set_dtype_exempt_ops", &set_dtype_exempt_ops);
+  m.def("_register_fallback_ops", &register_fallback_for);
+}

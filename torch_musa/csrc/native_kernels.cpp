@@ -1,0 +1,172 @@
+// The kernels musa serves itself: allocation, views and storage metadata,
+// copies between devices, and reading a scalar. Everything else goes to the
+// fallback (fallback.cpp).
+#include "allocator.h"
+#include "generator.h"
+#include "host_alias.h"
+#include "runtime.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/Functions.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+namespace torch_musa {
+
+namespace {
+
+const c10::DispatchKeySet kMusaKeys(c10::DispatchKey::PrivateUse1);
+
+// Makes `device` current for the allocation, as a device guard would.
+struct CurrentDevice {
+  explicit CurrentDevice(std::optional<c10::Device> d) : prev_(current_device()) {
+    const auto idx = d && d->has_index() ? d->index() : prev_;
+    check_device(idx);
+    if (idx != prev_) set_current_device(idx);
+  }
+  ~CurrentDevice() { set_current_device(prev_); }
+  c10::DeviceIndex prev_;
+};
+
+void check_no_pin(std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false),
+              "Only dense CPU tensors can be pinned; musa tensors cannot.");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size,
+                               std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout,
+                               std::optional<at::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<at::MemoryFormat> memory_format) {
+  check_no_pin(pin_memory);
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
+              "musa supports only strided tensors, got layout ", *layout);
+  CurrentDevice guard(device);
+  return at::detail::empty_generic(size, &device_allocator(), kMusaKeys,
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout,
+                         std::optional<at::Device> device,
+                         std::optional<bool> pin_memory) {
+  check_no_pin(pin_memory);
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
+              "musa supports only strided tensors, got layout ", *layout);
+  CurrentDevice guard(device);
+  return at::detail::empty_strided_generic(size, stride, &device_allocator(),
+                                           kMusaKeys, c10::dtype_or_default(dtype));
+}
+
+size_t storage_bytes_needed(const c10::TensorImpl* impl) {
+  if (impl->numel() == 0) return 0;
+  return at::detail::computeStorageNbytes(impl->sizes(), impl->strides(),
+                                          impl->dtype().itemsize(),
+                                          impl->storage_offset());
+}
+
+void grow_storage(c10::TensorImpl* impl) {
+  const size_t need = storage_bytes_needed(impl);
+  if (need > impl->storage().nbytes())
+    resize_storage_bytes(impl->storage().unsafeGetStorageImpl(), need);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  at::native::resize_impl_cpu_(impl, size, std::nullopt, /*resize_storage=*/false);
+  grow_storage(impl);
+  if (memory_format && *memory_format != at::MemoryFormat::Preserve)
+    impl->empty_tensor_restride(*memory_format);
+  return self;
+}
+
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source,
+                               int64_t offset, c10::IntArrayRef size,
+                               c10::IntArrayRef stride) {
+  at::native::checkSetStorage(self, source, offset, size, stride);
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_offset(offset);
+  at::OptionalIntArrayRef st =
+      stride.data() != nullptr ? at::OptionalIntArrayRef(stride) : std::nullopt;
+  at::native::resize_impl_cpu_(impl, size, st, /*resize_storage=*/false);
+  grow_storage(impl);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t n = int64_t(source.nbytes() / self.dtype().itemsize());
+  return set_storage_offset(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& src) {
+  if (self.unsafeGetTensorImpl() == src.unsafeGetTensorImpl()) return self;
+  return set_storage_offset(self, src.storage(), src.storage_offset(),
+                            src.sizes(), src.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &device_allocator(),
+                       /*resizable=*/true);
+  return set_storage_offset(self, std::move(storage), 0, {0}, {});
+}
+
+at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst,
+                      bool /*non_blocking: the host driver copies eagerly*/) {
+  at::Tensor src = self.is_privateuseone() ? host_alias(self) : self;
+  at::Tensor out = dst.is_privateuseone() ? host_alias(dst) : dst;
+  TORCH_CHECK(src.device().is_cpu() && out.device().is_cpu(),
+              "musa cannot copy between ", self.device(), " and ", dst.device());
+  out.copy_(src);
+  return dst;
+}
+
+at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return _copy_from(self, dst, false);
+}
+
+at::Scalar _local_scalar_dense(const at::Tensor& self) {
+  return at::_local_scalar_dense(host_alias(self));
+}
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  device_allocator().recordStream(self.storage().data_ptr(), stream);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_storage_offset);
+  m.impl("set_.source_Storage", set_storage);
+  m.impl("set_.source_Tensor", set_tensor);
+  m.impl("set_", set_empty);
+  m.impl("_copy_from", _copy_from);
+  m.impl("_copy_from_and_resize", _copy_from_and_resize);
+  m.impl("_local_scalar_dense", _local_scalar_dense);
+  m.impl("record_stream", record_stream);
+}
+
+// Copies resolve conjugation and negation themselves; without these the
+// Conjugate/Negative fallbacks would recurse through resolve_conj.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+}  // namespace torch_musa

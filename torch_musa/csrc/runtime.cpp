@@ -1,0 +1,71 @@
+#include "runtime.h"
+
+#include <c10/util/Exception.h>
+
+#include <array>
+
+namespace torch_musa {
+
+namespace {
+std::atomic<bool> g_initialized{false};
+thread_local c10::DeviceIndex t_device = 0;
+thread_local std::array<c10::StreamId, kMaxDevices> t_stream{};  // all default
+std::array<std::atomic<uint32_t>, kMaxDevices * 2> g_pool_cursor{};
+}  // namespace
+
+RuntimeConfig& config() {
+  static RuntimeConfig cfg;
+  return cfg;
+}
+
+c10::DeviceIndex device_count() {
+  return static_cast<c10::DeviceIndex>(config().device_count);
+}
+
+void check_device(c10::DeviceIndex index) {
+  TORCH_CHECK_INDEX(
+      index >= 0 && index < device_count(), "Invalid device musa:", int(index),
+      ": this process sees ", int(device_count()),
+      " musa device(s), so valid indices are 0..", int(device_count()) - 1,
+      " (hardware profile ", config().profile,
+      "; MUSA_VISIBLE_DEVICES narrows the set).");
+}
+
+c10::DeviceIndex current_device() { return t_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  check_device(index);
+  t_device = index;
+  mark_initialized();
+}
+
+c10::Stream default_stream(c10::DeviceIndex index) {
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1, index), 0);
+}
+
+c10::Stream current_stream(c10::DeviceIndex index) {
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1, index),
+                     t_stream[index]);
+}
+
+void set_current_stream(c10::Stream stream) {
+  check_device(stream.device_index());
+  t_stream[stream.device_index()] = stream.id();
+}
+
+c10::Stream pool_stream(c10::DeviceIndex index, int priority) {
+  check_device(index);
+  // Two priorities, as on CUDA: 0 (normal) and anything below 0 (high).
+  const int high = priority < 0 ? 1 : 0;
+  const uint32_t k = g_pool_cursor[index * 2 + high]++ % kStreamsPerPool;
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1, index),
+                     1 + high * kStreamsPerPool + k);
+}
+
+void mark_initialized() { g_initialized.store(true, std::memory_order_relaxed); }
+bool is_initialized() { return g_initialized.load(std::memory_order_relaxed); }
+
+}  // namespace torch_musa

@@ -1,0 +1,49 @@
+// Process-wide runtime state: configuration from the hardware profile, the
+// current device and stream of each thread, lazy initialisation.
+#pragma once
+
+#include "driver.h"
+
+#include <c10/core/ScalarType.h>
+#include <c10/core/Stream.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace torch_musa {
+
+struct RuntimeConfig {
+  int device_count = 2;
+  std::string profile = "MTT S4000";
+  int64_t capacity_bytes = int64_t(48) << 30;  // per device
+  int64_t host_limit_bytes = 0;  // all devices together; 0 = no host guard
+  double clock_hz = 1.5e9;       // converts `_sleep` cycles to time
+  uint64_t unsupported_dtypes = 0;  // bit i set: ScalarType(i) not supported
+};
+
+RuntimeConfig& config();
+c10::DeviceIndex device_count();
+
+// Raises the user-facing error for an index outside [0, device_count).
+void check_device(c10::DeviceIndex index);
+
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+
+// Streams: id 0 is the default stream; pool ids follow; other ids are
+// external streams handed in by the user.
+constexpr int kStreamsPerPool = 32;
+c10::Stream default_stream(c10::DeviceIndex index);
+c10::Stream current_stream(c10::DeviceIndex index);
+void set_current_stream(c10::Stream stream);
+c10::Stream pool_stream(c10::DeviceIndex index, int priority);
+
+void mark_initialized();
+bool is_initialized();
+
+inline bool dtype_supported(c10::ScalarType t) {
+  return !((config().unsupported_dtypes >> static_cast<int>(t)) & 1);
+}
+
+}  // namespace torch_musa
