@@ -7,6 +7,7 @@
 
 #include "runtime.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -164,6 +165,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
 
 c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex d, size_t nbytes,
                                           c10::Device tag) {
+  check_not_forked();
   check_device(d);
   mark_initialized();
   if (nbytes == 0) return c10::DataPtr(nullptr, tag);
@@ -362,6 +364,19 @@ bool is_pinned(const void* ptr) {
 
 namespace {
 thread_local int t_redirect = -1;
+c10::DeleterFnPtr g_host_raw_deleter = nullptr;
+
+bool is_pool_pointer(void* p) {
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_blocks.count(reinterpret_cast<uintptr_t>(p)) > 0;
+}
+
+// raw_allocate()/raw_deallocate() callers (oneDNN among them) free through
+// raw_deleter(), whichever mode allocated the pointer.
+void host_kernel_raw_free(void* p) {
+  if (p && is_pool_pointer(p)) raw_free(p);
+  else g_host_raw_deleter(p);
+}
 
 struct HostKernelAllocator final : c10::Allocator {
   c10::Allocator* host = nullptr;
@@ -372,7 +387,9 @@ struct HostKernelAllocator final : c10::Allocator {
           c10::Device(c10::DeviceType::CPU));
     return host->allocate(n);
   }
-  c10::DeleterFnPtr raw_deleter() const override { return host->raw_deleter(); }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return g_host_raw_deleter ? &host_kernel_raw_free : nullptr;
+  }
   void copy_data(void* dst, const void* src, std::size_t n) const override {
     std::memcpy(dst, src, n);
   }
@@ -388,6 +405,7 @@ HostKernelScope::~HostKernelScope() { t_redirect = prev_; }
 void install_host_kernel_allocator() {
   if (g_host_kernel_allocator.host) return;
   g_host_kernel_allocator.host = c10::GetCPUAllocator();
+  g_host_raw_deleter = g_host_kernel_allocator.host->raw_deleter();
   c10::SetCPUAllocator(&g_host_kernel_allocator, /*priority=*/1);
 }
 

@@ -2,7 +2,10 @@
 // torch.musa API is written in Python on top of these.
 #include "allocator.h"
 #include "fallback.h"
+#include "generator.h"
 #include "runtime.h"
+
+#include <torch/csrc/Generator.h>
 
 #include <torch/extension.h>
 
@@ -85,6 +88,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_memory_snapshot", &snapshot);
   m.def("_device_of_ptr", [](uintptr_t p) {
     return device_allocator().device_of(reinterpret_cast<void*>(p));
+  });
+  m.def("_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(c10::DeviceIndex(d))));
   });
   m.def("_set_dtype_exempt_ops", &set_dtype_exempt_ops);
   m.def("_register_fallback_ops", &register_fallback_for);

@@ -116,7 +116,7 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(storage), 0, {0}, {});
 }
 
-at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst,
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
                       bool /*non_blocking: the host driver copies eagerly*/) {
   at::Tensor src = self.is_privateuseone() ? host_alias(self) : self;
   at::Tensor out = dst.is_privateuseone() ? host_alias(dst) : dst;
@@ -126,13 +126,70 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst,
   return dst;
 }
 
-at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   dst.resize_(self.sizes());
-  return _copy_from(self, dst, false);
+  return copy_from(self, dst, false);
 }
 
-at::Scalar _local_scalar_dense(const at::Tensor& self) {
+at::Scalar local_scalar_dense(const at::Tensor& self) {
   return at::_local_scalar_dense(host_alias(self));
+}
+
+// Convolution reaches an out-of-tree backend only through these two ops.
+c10::DeviceIndex common_device(std::initializer_list<const at::Tensor*> ts) {
+  c10::DeviceIndex d = -1;
+  for (const at::Tensor* t : ts) {
+    if (!t->defined()) continue;
+    TORCH_CHECK(t->is_privateuseone() && (d < 0 || t->device().index() == d),
+                "Expected all tensors to be on the same device, but found at "
+                "least two devices, musa:", int(d < 0 ? t->device().index() : d),
+                " and ", t->device(), "! (convolution)");
+    d = t->device().index();
+  }
+  return d;
+}
+
+at::Tensor on_host(const at::Tensor& t) {
+  return t.defined() ? host_alias(t) : t;
+}
+
+at::Tensor to_device(const at::Tensor& h, c10::DeviceIndex d) {
+  if (!h.defined()) return h;
+  return musa_tensor_over(adopt_storage(h, d, 1), h);
+}
+
+at::Tensor convolution_overrideable(
+    const at::Tensor& input, const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups) {
+  const at::Tensor b = bias.value_or(at::Tensor());
+  const auto d = common_device({&input, &weight, &b});
+  HostKernelScope scope(d);
+  at::Tensor out = at::convolution(on_host(input), on_host(weight),
+                                   b.defined() ? std::optional<at::Tensor>(on_host(b))
+                                               : std::nullopt,
+                                   stride, padding, dilation, transposed,
+                                   output_padding, groups);
+  return to_device(out, d);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input,
+    const at::Tensor& weight, c10::IntArrayRef stride, c10::IntArrayRef padding,
+    c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  const auto d = common_device({&grad_output, &input, &weight});
+  std::optional<std::vector<int64_t>> bias_sizes;
+  if (output_mask[2])
+    bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups
+                                                 : weight.size(0)};
+  HostKernelScope scope(d);
+  auto [gi, gw, gb] = at::convolution_backward(
+      on_host(grad_output), on_host(input), on_host(weight),
+      bias_sizes ? at::OptionalIntArrayRef(*bias_sizes) : std::nullopt, stride,
+      padding, dilation, transposed, output_padding, groups, output_mask);
+  return {to_device(gi, d), to_device(gw, d), to_device(gb, d)};
 }
 
 void record_stream(at::Tensor& self, c10::Stream stream) {
@@ -152,10 +209,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_storage);
   m.impl("set_.source_Tensor", set_tensor);
   m.impl("set_", set_empty);
-  m.impl("_copy_from", _copy_from);
-  m.impl("_copy_from_and_resize", _copy_from_and_resize);
-  m.impl("_local_scalar_dense", _local_scalar_dense);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("record_stream", record_stream);
+  m.impl("convolution_overrideable", convolution_overrideable);
+  m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
 }
 
 // Copies resolve conjugation and negation themselves; without these the

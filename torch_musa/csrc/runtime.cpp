@@ -4,10 +4,18 @@
 
 #include <array>
 
+#include <pthread.h>
+
 namespace torch_musa {
 
 namespace {
 std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_bad_fork{false};
+
+void after_fork_in_child() {
+  if (g_initialized.load()) g_bad_fork.store(true);
+}
+const int g_atfork = pthread_atfork(nullptr, nullptr, &after_fork_in_child);
 thread_local c10::DeviceIndex t_device = 0;
 thread_local std::array<c10::StreamId, kMaxDevices> t_stream{};  // all default
 std::array<std::atomic<uint32_t>, kMaxDevices * 2> g_pool_cursor{};
@@ -34,6 +42,7 @@ void check_device(c10::DeviceIndex index) {
 c10::DeviceIndex current_device() { return t_device; }
 
 void set_current_device(c10::DeviceIndex index) {
+  check_not_forked();
   check_device(index);
   t_device = index;
   mark_initialized();
@@ -63,6 +72,12 @@ c10::Stream pool_stream(c10::DeviceIndex index, int priority) {
   return c10::Stream(c10::Stream::UNSAFE,
                      c10::Device(c10::DeviceType::PrivateUse1, index),
                      1 + high * kStreamsPerPool + k);
+}
+
+void check_not_forked() {
+  TORCH_CHECK(!g_bad_fork.load(std::memory_order_relaxed),
+              "Cannot re-initialize MUSA in forked subprocess. To use MUSA with "
+              "multiprocessing, you must use the 'spawn' start method.");
 }
 
 void mark_initialized() { g_initialized.store(true, std::memory_order_relaxed); }

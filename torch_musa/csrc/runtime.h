@@ -39,6 +39,8 @@ c10::Stream current_stream(c10::DeviceIndex index);
 void set_current_stream(c10::Stream stream);
 c10::Stream pool_stream(c10::DeviceIndex index, int priority);
 
+// Raises once the process forked after the runtime was in use.
+void check_not_forked();
 void mark_initialized();
 bool is_initialized();
 

@@ -1,0 +1,42 @@
+"""torch_musa: the ``musa`` accelerator device for stock PyTorch.
+
+Importing this package (or ``import torch`` with PyTorch's backend autoload)
+registers the device: the runtime core (torch_musa._C), the ``musa`` name,
+``torch.musa`` and the tensor/module/storage methods.
+"""
+from __future__ import annotations
+
+import torch
+
+__version__ = "0.1.0"
+
+from torch_musa import _C, _state  # noqa: E402
+
+_state.configure_runtime()
+_C._register_device()
+torch.utils.rename_privateuse1_backend("musa")
+
+from torch_musa import core as _musa_module  # noqa: E402
+from torch_musa.core import printing as _printing  # noqa: E402
+from torch_musa.ops import dtype_policy as _dtype_policy  # noqa: E402
+from torch_musa.ops import fallback_routes as _fallback_routes  # noqa: E402
+
+torch._register_device_module("musa", _musa_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+_C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
+_fallback_routes.install()
+_printing.install()
+
+try:  # profiler activity alias, as torch_musa spells it
+    torch.profiler.ProfilerActivity.MUSA = torch.profiler.ProfilerActivity.PrivateUse1
+except (AttributeError, TypeError):
+    pass
+
+
+def _autoload() -> None:
+    """Entry point for PyTorch's ``torch.backends`` autoload; importing did the work."""
+
+
+__all__ = ["__version__"]

@@ -1,0 +1,89 @@
+"""``torch.musa``: the device module, a mirror of ``torch.cuda``."""
+from torch_musa.core._lazy import _is_in_bad_fork, _lazy_call, _lazy_init, init, is_initialized
+from torch_musa.core.device import (
+    _get_device_index,
+    can_device_access_peer,
+    current_device,
+    device,
+    device_count,
+    device_of,
+    get_arch_list,
+    get_device_capability,
+    get_device_name,
+    get_device_properties,
+    is_available,
+    is_bf16_supported,
+    set_device,
+    synchronize,
+)
+from torch_musa.core.memory import (
+    OutOfMemoryError,
+    empty_cache,
+    max_memory_allocated,
+    max_memory_cached,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_cached,
+    memory_reserved,
+    memory_snapshot,
+    memory_stats,
+    memory_stats_as_nested_dict,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_max_memory_cached,
+    reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
+from torch_musa.core.random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from torch_musa.core.streams import (
+    Event,
+    ExternalStream,
+    Stream,
+    StreamContext,
+    _sleep,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
+from torch_musa.core.tensor_types import make_types as _make_types
+
+globals().update(_make_types())
+del _make_types
+
+
+def is_current_stream_capturing() -> bool:
+    """Graph capture does not exist on the host driver."""
+    return False
+
+
+def get_amp_supported_dtype():
+    import torch
+
+    from torch_musa.core.profiles import selected_profile
+
+    return [torch.float16] + ([torch.bfloat16] if selected_profile().supports_bf16 else [])
+
+
+def _is_compiled() -> bool:
+    return True
+
+
+def __getattr__(name):
+    if name == "default_generators":
+        from torch_musa.core.random import default_generators
+
+        return default_generators()
+    raise AttributeError(f"module 'torch.musa' has no attribute {name!r}")

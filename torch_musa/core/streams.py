@@ -1,0 +1,142 @@
+"""Streams and events, on torch.Stream / torch.Event (through the musa guard)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torch_musa import _C
+from torch_musa.core import _lazy
+from torch_musa.core.device import _get_device_index
+
+
+class Stream(torch.Stream):
+    """A musa stream: work queued on it runs in order; streams run independently."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs):
+        if kwargs.get("stream_id") is not None:
+            return super().__new__(cls, **kwargs)
+        _lazy._lazy_init()
+        idx = _get_device_index(device, optional=True)
+        with torch.musa.device(idx):
+            return super().__new__(cls, device=torch.device("musa", idx), priority=priority)
+
+    def wait_event(self, event: "Event") -> None:
+        event.wait(self)
+
+    def wait_stream(self, stream: torch.Stream) -> None:
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event: "Event | None" = None) -> "Event":
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, torch.Stream) and super().__eq__(other)
+
+    __hash__ = torch.Stream.__hash__
+
+    def __repr__(self) -> str:
+        return f"<torch.musa.Stream device={self.device} musa_stream=0x{self.stream_id:x}>"
+
+
+class ExternalStream(Stream):
+    """A stream created elsewhere, identified by its native handle."""
+
+    def __new__(cls, stream_ptr: int, device: Any = None, **kwargs):
+        idx = _get_device_index(device, optional=True)
+        return super().__new__(
+            cls, stream_id=int(stream_ptr), device_index=idx, device_type=_device_type_code()
+        )
+
+
+def _device_type_code() -> int:
+    # torch.Stream(stream_id=, device_index=, device_type=) takes the c10
+    # DeviceType code; PrivateUse1 is 20.
+    return 20
+
+
+class Event(torch.Event):
+    """A marker in a stream; with enable_timing it measures device time."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        if interprocess:
+            raise NotImplementedError("musa events cannot be shared between processes on the host driver")
+        return super().__new__(cls, device="musa", enable_timing=enable_timing, blocking=blocking)
+
+    def record(self, stream: torch.Stream | None = None) -> None:
+        if stream is None:
+            stream = current_stream()
+        super().record(stream)
+
+    def wait(self, stream: torch.Stream | None = None) -> None:
+        if stream is None:
+            stream = current_stream()
+        super().wait(stream)
+
+    def __repr__(self) -> str:
+        return f"<torch.musa.Event {'timing' if self.event_id else 'uninitialized'}>"
+
+
+def _wrap(s: torch.Stream) -> Stream:
+    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+
+
+def current_stream(device: Any = None) -> Stream:
+    _lazy._lazy_init()
+    return _wrap(torch.accelerator.current_stream(_get_device_index(device, optional=True)))
+
+
+def default_stream(device: Any = None) -> Stream:
+    _lazy._lazy_init()
+    idx = _get_device_index(device, optional=True)
+    return Stream(stream_id=0, device_index=idx, device_type=_device_type_code())
+
+
+def set_stream(stream: torch.Stream | None) -> None:
+    if stream is None:
+        return
+    _lazy._lazy_init()
+    torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """Makes ``stream`` current on its device (and that device current) inside."""
+
+    def __init__(self, stream: torch.Stream | None):
+        self.stream = stream
+        self.src_prev_stream = None
+        self.dst_prev_stream = None
+        self.prev_device = None
+
+    def __enter__(self):
+        if self.stream is None:
+            return
+        _lazy._lazy_init()
+        self.prev_device = _C._get_device()
+        self.src_prev_stream = current_stream(self.prev_device)
+        if self.stream.device_index != self.prev_device:
+            _C._set_device(self.stream.device_index)
+            self.dst_prev_stream = current_stream(self.stream.device_index)
+        torch.accelerator.set_stream(self.stream)
+
+    def __exit__(self, *exc):
+        if self.stream is None:
+            return False
+        if self.dst_prev_stream is not None:
+            torch.accelerator.set_stream(self.dst_prev_stream)
+            _C._set_device(self.prev_device)
+        torch.accelerator.set_stream(self.src_prev_stream)
+        return False
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    return StreamContext(stream)
+
+
+def _sleep(cycles: int) -> None:
+    """Keep the current stream busy for ``cycles`` device clock cycles."""
+    _lazy._lazy_init()
+    _C._sleep(int(cycles))

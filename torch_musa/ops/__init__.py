@@ -1,0 +1,1 @@
+"""The operator layer: which ops musa serves and how."""

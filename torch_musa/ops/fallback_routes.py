@@ -1,0 +1,40 @@
+"""Route structured ops straight to the C++ fallback.
+
+For a structured op, PyTorch registers a generic wrapper for the functional
+and in-place variants that every backend inherits: it allocates the output
+through the dispatcher, runs the meta function, and only then calls the
+``.out`` kernel. On musa that kernel is the fallback anyway, so sending the
+functional and in-place variants to the fallback directly skips that detour
+(the host kernel still runs its own meta step).
+"""
+from __future__ import annotations
+
+import torch
+
+from torch_musa import _C
+
+_NATIVE = {
+    "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias",
+    "resize_", "set_.source_Storage_storage_offset", "set_.source_Storage",
+    "set_.source_Tensor", "set_", "_copy_from", "_copy_from_and_resize",
+    "_local_scalar_dense", "record_stream",
+}
+
+
+def structured_wrapper_ops() -> list[str]:
+    ops = []
+    for full in torch._C._dispatch_get_registrations_for_dispatch_key(
+        "CompositeExplicitAutogradNonFunctional"
+    ):
+        if not full.startswith("aten::"):
+            continue
+        name = full[len("aten::"):]
+        if name in _NATIVE or name.endswith("_copy") or ".out" in name:
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU"):
+            ops.append(name)
+    return sorted(ops)
+
+
+def install() -> None:
+    _C._register_fallback_ops(structured_wrapper_ops())
