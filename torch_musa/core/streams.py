@@ -21,11 +21,14 @@ class Stream(torch.Stream):
         with torch.musa.device(idx):
             return super().__new__(cls, device=torch.device("musa", idx), priority=priority)
 
-    def wait_event(self, event: "Event") -> None:
+    def wait_event(self, event: "Event | torch.Event") -> None:
         event.wait(self)
 
     def wait_stream(self, stream: torch.Stream) -> None:
-        self.wait_event(stream.record_event())
+        """Work queued on this stream after the call waits for ``stream``'s queued work."""
+        event = Event()
+        event.record(stream)
+        event.wait(self)
 
     def record_event(self, event: "Event | None" = None) -> "Event":
         if event is None:
@@ -58,26 +61,53 @@ def _device_type_code() -> int:
     return 20
 
 
-class Event(torch.Event):
-    """A marker in a stream; with enable_timing it measures device time."""
+class Event:
+    """A marker in a stream; with enable_timing it measures device time.
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+    Wraps a ``torch.Event`` (whose methods accept only exact torch.Event peers).
+    """
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         if interprocess:
             raise NotImplementedError("musa events cannot be shared between processes on the host driver")
-        return super().__new__(cls, device="musa", enable_timing=enable_timing, blocking=blocking)
+        self._event = torch.Event(device="musa", enable_timing=enable_timing, blocking=blocking)
+
+    @classmethod
+    def _wrap(cls, event: torch.Event) -> "Event":
+        obj = cls.__new__(cls)
+        obj._event = event
+        return obj
 
     def record(self, stream: torch.Stream | None = None) -> None:
-        if stream is None:
-            stream = current_stream()
-        super().record(stream)
+        self._event.record(current_stream() if stream is None else stream)
 
     def wait(self, stream: torch.Stream | None = None) -> None:
-        if stream is None:
-            stream = current_stream()
-        super().wait(stream)
+        self._event.wait(current_stream() if stream is None else stream)
+
+    def query(self) -> bool:
+        return self._event.query()
+
+    def synchronize(self) -> None:
+        self._event.synchronize()
+
+    def elapsed_time(self, end_event: "Event | torch.Event") -> float:
+        """Milliseconds between this event and ``end_event`` (both recorded, timing on)."""
+        other = end_event._event if isinstance(end_event, Event) else end_event
+        return self._event.elapsed_time(other)
+
+    @property
+    def device(self) -> torch.device:
+        return self._event.device
+
+    @property
+    def event_id(self) -> int:
+        return self._event.event_id
+
+    def ipc_handle(self):
+        raise NotImplementedError("musa events cannot be shared between processes on the host driver")
 
     def __repr__(self) -> str:
-        return f"<torch.musa.Event {'timing' if self.event_id else 'uninitialized'}>"
+        return f"<torch.musa.Event id=0x{self.event_id:x}>"
 
 
 def _wrap(s: torch.Stream) -> Stream:

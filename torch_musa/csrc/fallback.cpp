@@ -107,7 +107,7 @@ class Call {
 
   [[noreturn]] void unsupported_dtype(const at::Tensor& t, size_t i) {
     const bool dbl = t.scalar_type() == at::kDouble;
-    TORCH_CHECK_TYPE(false, op_.schema().operator_name(), ": dtype ",
+    TORCH_CHECK(false, op_.schema().operator_name(), ": dtype ",
                      t.scalar_type(), " (argument '", arg(i).name(),
                      "') is not supported by the musa hardware profile ",
                      config().profile, ".",

@@ -1,0 +1,124 @@
+"""Devices: count, selection, guards, properties, bad indices, cross-device use."""
+import pytest
+import torch
+
+
+def test_two_devices_by_default():
+    assert torch.musa.is_available()
+    assert torch.musa.device_count() == 2
+    assert torch.accelerator.device_count() == 2
+    assert torch.accelerator.current_accelerator() == torch.device("musa")
+    assert torch.get_device_module("musa") is torch.musa
+
+
+def test_tensors_land_on_the_named_device():
+    a = torch.ones(3, device="musa:1")
+    assert a.device == torch.device("musa", 1) and a.is_musa
+    assert (a + a).device.index == 1
+    assert torch.ones(2).musa(1).device.index == 1
+    assert torch.nn.Linear(2, 2).musa(1).weight.device.index == 1
+
+
+def test_current_device_is_thread_local_and_guarded():
+    import threading
+
+    torch.musa.set_device(1)
+    assert torch.musa.current_device() == 1
+    assert torch.empty(1, device="musa").device.index == 1
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(torch.musa.current_device()))
+    t.start(); t.join()
+    assert seen == [0]
+    with torch.musa.device(0):
+        assert torch.musa.current_device() == 0
+    assert torch.musa.current_device() == 1
+    x = torch.ones(1, device="musa:0")
+    with torch.musa.device_of(x):
+        assert torch.musa.current_device() == 0
+
+
+def test_invalid_index_names_the_range():
+    with pytest.raises(IndexError, match=r"musa:7.*2 musa device\(s\).*0\.\.1"):
+        torch.empty(2, device="musa:7")
+    with pytest.raises(IndexError, match="musa:7"):
+        torch.musa.set_device(7)
+    assert torch.ones(1, device="musa").item() == 1.0  # still usable
+
+
+def test_cross_device_ops_raise_the_same_device_error():
+    a = torch.ones(3, device="musa:0")
+    with pytest.raises(RuntimeError, match="same device.*musa:0 and musa:1"):
+        a + torch.ones(3, device="musa:1")
+    with pytest.raises(RuntimeError, match="same device.*musa:0 and cpu"):
+        a + torch.ones(3)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.nn.functional.conv2d(torch.ones(1, 1, 3, 3, device="musa:0"), torch.ones(1, 1, 1, 1, device="musa:1"))
+    # a CPU scalar (0-dim) mixes, as on CUDA
+    assert torch.equal((a * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
+    # CPU indices are accepted, as on CUDA
+    assert a[torch.tensor([0, 2])].device == a.device
+
+
+def test_properties_of_the_default_profile():
+    p = torch.musa.get_device_properties(0)
+    assert p.name == "MTT S4000" and (p.major, p.minor) == (2, 2)
+    assert p.total_memory == 48 << 30
+    assert torch.musa.get_device_capability() == (2, 2)
+    assert torch.musa.get_device_name("musa:1") == "MTT S4000"
+    assert torch.musa.is_bf16_supported()
+    assert "mp_22" in torch.musa.get_arch_list()
+    assert torch.musa.can_device_access_peer(0, 1) and not torch.musa.can_device_access_peer(0, 0)
+
+
+@pytest.mark.parametrize("profile,name,cap,mem,bf16", [
+    ("s80", "MTT S80", (2, 1), 16 << 30, False),
+    ("S4000", "MTT S4000", (2, 2), 48 << 30, True),
+    ("mtt_s5000", "MTT S5000", (3, 1), 80 << 30, True),
+])
+def test_profiles_are_selected_by_environment(subpython, profile, name, cap, mem, bf16):
+    r = subpython("""
+        import torch, torch_musa
+        p = torch.musa.get_device_properties(0)
+        print(p.name, torch.musa.get_device_capability(), p.total_memory, torch.musa.is_bf16_supported())
+    """, {"TORCH_MUSA_PROFILE": profile})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"{name} {cap} {mem} {bf16}"
+
+
+def test_unknown_profile_is_a_clear_error(subpython):
+    r = subpython("import torch_musa", {"TORCH_MUSA_PROFILE": "rtx4090"})
+    assert r.returncode != 0 and "not a known hardware profile" in r.stderr and "s80" in r.stderr
+
+
+def test_dtype_the_profile_lacks_raises_naming_the_profile(subpython):
+    r = subpython("""
+        import torch, torch_musa
+        x = torch.ones(3, dtype=torch.bfloat16, device="musa")   # creating and copying is fine
+        try:
+            x + x
+        except RuntimeError as e:
+            print("ERR", e)
+        print((torch.ones(3, device="musa") * 2).sum().item())  # still usable
+        print(x.cpu().dtype)
+    """, {"TORCH_MUSA_PROFILE": "s80"})
+    assert r.returncode == 0, r.stderr
+    assert "ERR aten::add.Tensor: dtype BFloat16" in r.stdout and "MTT S80" in r.stdout
+    assert "6.0" in r.stdout and "torch.bfloat16" in r.stdout
+
+
+def test_float64_compute_is_rejected_on_s4000_but_prints():
+    x = torch.ones(3, dtype=torch.float64, device="musa")
+    with pytest.raises(RuntimeError, match="Float64|Double.*MTT S4000.*TORCH_USE_MUSA_DOUBLE_CAST"):
+        x * 2
+    assert "dtype=torch.float64" in repr(x)
+    assert x.cpu().sum().item() == 3.0
+
+
+@pytest.mark.parametrize("spec,count", [("1", 1), ("1,0", 2), ("0,5,1", 1), ("", 0), ("-1", 0)])
+def test_visible_devices(subpython, spec, count):
+    r = subpython("""
+        import torch, torch_musa
+        print(torch.musa.device_count(), torch.musa.is_available())
+    """, {"MUSA_VISIBLE_DEVICES": spec})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(count), str(count > 0)]

@@ -1,0 +1,155 @@
+"""The caching allocator: statistics, reuse, limits, out-of-memory, pinned memory."""
+import gc
+
+import pytest
+import torch
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    gc.collect()
+    torch.musa.empty_cache()
+    yield
+    torch.musa.set_per_process_memory_fraction(1.0, 0)
+    gc.collect()
+    torch.musa.empty_cache()
+
+
+def test_allocated_and_reserved_follow_tensors():
+    base = torch.musa.memory_allocated()
+    x = torch.empty(4 * MiB, dtype=torch.uint8, device="musa")
+    assert torch.musa.memory_allocated() - base == 4 * MiB
+    assert torch.musa.memory_reserved() >= torch.musa.memory_allocated()
+    assert torch.accelerator.memory_allocated() == torch.musa.memory_allocated()
+    stats = torch.musa.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.musa.memory_allocated()
+    assert stats["allocation.large_pool.current"] >= 1
+    del x
+    assert torch.musa.memory_allocated() == base
+    assert torch.musa.memory_reserved() >= 4 * MiB  # cached, not returned
+
+
+def test_host_kernel_outputs_are_counted_on_their_device():
+    a = torch.ones(MiB, device="musa:1")
+    before0, before1 = torch.musa.memory_allocated(0), torch.musa.memory_allocated(1)
+    b = a * 2  # computed by the fallback, output adopted from the musa pool
+    assert torch.musa.memory_allocated(1) - before1 == 4 * MiB
+    assert torch.musa.memory_allocated(0) == before0
+    del a, b
+
+
+def test_freed_blocks_are_reused_and_empty_cache_returns_them():
+    x = torch.empty(8 * MiB, dtype=torch.uint8, device="musa")
+    ptr = x.data_ptr()
+    del x
+    segments = torch.musa.memory_stats()["segment.all.current"]
+    y = torch.empty(8 * MiB, dtype=torch.uint8, device="musa")
+    assert y.data_ptr() == ptr
+    assert torch.musa.memory_stats()["segment.all.current"] == segments
+    del y
+    torch.musa.empty_cache()
+    assert torch.musa.memory_reserved() == torch.musa.memory_allocated()
+
+
+def test_peak_and_reset():
+    torch.musa.reset_peak_memory_stats()
+    base = torch.musa.memory_allocated()
+    x = torch.empty(16 * MiB, dtype=torch.uint8, device="musa")
+    del x
+    assert torch.musa.max_memory_allocated() >= base + 16 * MiB
+    torch.musa.reset_peak_memory_stats()
+    assert torch.musa.max_memory_allocated() == torch.musa.memory_allocated()
+    torch.musa.reset_accumulated_memory_stats()
+    assert torch.musa.memory_stats()["allocation.all.allocated"] == 0
+
+
+def test_out_of_memory_names_sizes_and_device_recovers():
+    torch.musa.set_per_process_memory_fraction(64 * MiB / torch.musa.get_device_properties(0).total_memory, 0)
+    keep = torch.empty(40 * MiB, dtype=torch.uint8, device="musa:0")
+    with pytest.raises(torch.musa.OutOfMemoryError) as info:
+        torch.empty(40 * MiB, dtype=torch.uint8, device="musa:0")
+    msg = str(info.value)
+    assert "Tried to allocate 40.00 MiB" in msg and "musa:0" in msg
+    assert "total capacity of 48.00 GiB" in msg and "allocated by PyTorch" in msg
+    assert "set_per_process_memory_fraction" in msg
+    assert issubclass(torch.musa.OutOfMemoryError, torch.OutOfMemoryError)
+    assert torch.musa.memory_stats()["num_ooms"] >= 1
+    del keep
+    again = torch.empty(40 * MiB, dtype=torch.uint8, device="musa:0")  # usable after freeing
+    assert again.numel() == 40 * MiB
+    assert torch.empty(40 * MiB, dtype=torch.uint8, device="musa:1").numel() == 40 * MiB  # other device unaffected
+
+
+def test_oom_inside_a_host_kernel_is_the_same_error():
+    torch.musa.set_per_process_memory_fraction(16 * MiB / torch.musa.get_device_properties(0).total_memory, 0)
+    x = torch.ones(3 * MiB, device="musa:0")  # 12 MiB
+    with pytest.raises(torch.OutOfMemoryError):
+        x * 2
+    del x
+
+
+def test_capacity_beyond_host_memory_is_refused_before_the_host_runs_out(subpython):
+    r = subpython("""
+        import torch, torch_musa
+        try:
+            torch.empty(6 << 30, dtype=torch.uint8, device="musa")
+        except torch.OutOfMemoryError as e:
+            print("OOM", e)
+        print(torch.ones(2, device="musa").sum().item())
+    """, {"TORCH_MUSA_HOST_MEMORY_LIMIT": "4GB"})
+    assert r.returncode == 0, r.stderr
+    assert "OOM" in r.stdout and "TORCH_MUSA_HOST_MEMORY_LIMIT" in r.stdout and "2.0" in r.stdout
+
+
+def test_no_growth_over_ten_thousand_cycles():
+    def cycle():
+        a = torch.empty(1000, device="musa")
+        b = a.fill_(1) + 1
+        return b
+
+    for _ in range(100):
+        cycle()
+    allocated, reserved = torch.musa.memory_allocated(), torch.musa.memory_reserved()
+    for _ in range(10_000):
+        cycle()
+    assert torch.musa.memory_allocated() == allocated
+    assert torch.musa.memory_reserved() == reserved
+
+
+def test_snapshot_mem_get_info_and_summary():
+    x = torch.empty(2 * MiB, dtype=torch.uint8, device="musa")
+    snap = torch.musa.memory_snapshot()
+    mine = [s for s in snap if s["address"] == x.data_ptr()]
+    assert mine and mine[0]["device"] == 0 and mine[0]["blocks"][0]["state"] == "active_allocated"
+    free, total = torch.musa.mem_get_info()
+    assert total == 48 << 30 and free <= total - 2 * MiB
+    text = torch.musa.memory_summary()
+    assert "Allocated memory" in text and "device ID 0" in text
+
+
+def test_alloc_conf_is_read_and_checked(subpython):
+    r = subpython("""
+        import torch, torch_musa
+        print(torch.musa.memory_stats()["max_split_size"])
+        x = torch.empty(64 << 20, dtype=torch.uint8, device="musa"); del x
+        print(torch.musa.memory_reserved())  # oversize blocks are not cached
+    """, {"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:32,garbage_collection_threshold:0.6"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(32 << 20), "0"]
+    bad = subpython("import torch_musa", {"PYTORCH_MUSA_ALLOC_CONF": "expandable_segments:True"})
+    assert bad.returncode != 0 and "unknown or malformed option 'expandable_segments:True'" in bad.stderr
+    assert "max_split_size_mb" in bad.stderr
+
+
+def test_pinned_memory_and_dataloader():
+    x = torch.randn(16)
+    assert not x.is_pinned()
+    p = x.pin_memory()
+    assert p.is_pinned() and torch.equal(p, x)
+    data = torch.utils.data.TensorDataset(torch.arange(8.0))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
+    batches = list(loader)
+    assert all(b[0].is_pinned() for b in batches)
+    assert torch.equal(batches[1][0].to("musa", non_blocking=True).cpu(), torch.arange(4.0, 8.0))
