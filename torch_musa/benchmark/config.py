@@ -20,7 +20,7 @@ A suite file holds one suite::
         check: true                # false: not compared across devices (non-deterministic ops)
         configs:                   # each entry: tags and a cross product or an explicit list
           - {tags: [short], cross: {M: [32, 128], N: [64]}}
-          - {tags: [long], list: [{M: 1024, N: 4096}]}
+          - {tags: [long], list: [{M: 1024, N: 4096}], dtypes: [float32]}
         params: {eps: 1.0e-6}      # constants shared by every config
 
 Every error names the file and line it comes from.
@@ -54,7 +54,7 @@ CASE_KEYS = {"name", "op", "expr", "inputs", "args", "kwargs", "dtypes", "backwa
              "bytes", "flops_bwd", "bytes_bwd", "check", "configs", "params", "description",
              "count", "atol", "rtol"}
 INPUT_KEYS = {"name", "shape", "dtype", "init", "low", "high", "grad", "scale", "contiguous"}
-CONFIG_KEYS = {"tags", "cross", "list"}
+CONFIG_KEYS = {"tags", "cross", "list", "dtypes"}
 SUITE_KEYS = {"suite", "description", "cases"}
 
 
@@ -145,7 +145,7 @@ class CaseSpec:
     flops_bwd: str | None
     bytes_bwd: str | None
     check: bool
-    configs: list[tuple[list[str], list[dict]]]
+    configs: list[tuple[list[str], list[dict], list[str] | None]]  # tags, params, dtypes
     params: dict
     path: str
     line: int
@@ -258,7 +258,7 @@ def _parse_input(path, raw, idx, case_name) -> InputSpec:
 
 def _parse_configs(path, raw_configs, case_name, case_line):
     if raw_configs is None:
-        return [(["short"], [{}])]
+        return [(["short"], [{}], None)]
     if not isinstance(raw_configs, list) or not raw_configs:
         raise SuiteError(path, _line(raw_configs, default=case_line),
                          f"case {case_name!r}: 'configs' must be a non-empty list")
@@ -272,7 +272,7 @@ def _parse_configs(path, raw_configs, case_name, case_line):
         if unknown:
             k = sorted(unknown)[0]
             raise SuiteError(path, _line(c, k), f"case {case_name!r}: unknown config key {k!r} "
-                             f"(allowed: tags, cross, list)")
+                             f"(allowed: tags, cross, list, dtypes)")
         tags = c.get("tags", ["short"])
         if isinstance(tags, str):
             tags = [tags]
@@ -305,7 +305,15 @@ def _parse_configs(path, raw_configs, case_name, case_line):
             if len(set(keys)) > 1:
                 raise SuiteError(path, _line(c, "list"), f"case {case_name!r}: every entry of "
                                  f"'list' must set the same parameters")
-        out.append((list(tags), combos))
+        cdt = c.get("dtypes")
+        if cdt is not None:
+            cdt = [cdt] if isinstance(cdt, str) else cdt
+            for d in cdt:
+                if str(d) not in DTYPES:
+                    raise SuiteError(path, _line(c, "dtypes"),
+                                     f"case {case_name!r}: unknown dtype {d!r}")
+            cdt = [str(d) for d in cdt]
+        out.append((list(tags), combos, cdt))
     return out
 
 
@@ -456,12 +464,12 @@ def expand(suites: list[Suite], tags: list[str] | None = None, operators: list[s
                     o in (case.name, case.suite, case.full_name) or fnmatch.fnmatch(case.full_name, o)
                     for o in operators):
                 continue
-            for ctags, combos in case.configs:
+            for ctags, combos, cdtypes in case.configs:
                 if tags and "all" not in tags and not set(tags) & set(ctags):
                     continue
                 for combo in combos:
                     params = {**case.params, **combo}
-                    for dt in case.dtypes:
+                    for dt in (cdtypes or case.dtypes):
                         if want_dtypes and str(DTYPES[dt]) not in want_dtypes:
                             continue
                         modes = ["fwd"] + (["fwd+bwd"] if case.backward and not forward_only else [])

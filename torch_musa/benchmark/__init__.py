@@ -1,0 +1,23 @@
+"""Operator micro-benchmarks for torch_musa: suites as YAML data, device-agnostic timing,
+a cross-device correctness gate, JSON/CSV/PNG reports, --compare and --capture.
+
+    python -m torch_musa.benchmark --device musa,cpu --tag-filter short
+
+API: ``load_suites``, ``expand``, ``run_tests``, ``measure``, ``capture``.
+"""
+from .config import SuiteError, expand, load_suite, load_suites, parse_suite  # noqa: F401
+from .timing import measure  # noqa: F401
+
+
+def run_tests(tests, devices, settings=None, progress=False):
+    """Run expanded tests on devices; one result dict per (test, device)."""
+    import torch
+    from . import cli, runner
+    return cli.run_tests(tests, [torch.device(d) for d in devices],
+                         settings or runner.Settings(), progress=progress)
+
+
+def capture(*args, **kwargs):
+    """``with capture() as rec: model(x)`` records the aten op cases; see capture.Recorder."""
+    from .capture import Recorder
+    return Recorder(*args, **kwargs)
