@@ -1,0 +1,1 @@
+"""Utilities shipped with torch_musa (``musa_converter``, ...)."""

@@ -1,0 +1,507 @@
+"""CUDA -> MUSA rewriting of Python sources through a concrete syntax tree.
+
+Only names, attributes, calls, strings, f-strings and comments that match a
+rule of the mapping table change; everything else (formatting, comments,
+quoting) is kept byte for byte.
+
+Speed: libcst parses ~8k lines/s, too slow for large trees, so a file is
+first scanned with a regex pre-filter (the table's trigger words); files
+without a hit are not parsed at all. For the others the standard ``ast``
+(fast, C) locates the smallest statements that hold a hit, and only those
+statements go through libcst (an indented statement is parsed under an
+``if True:`` header, which keeps its text exact). Every rule is local to a
+statement, so the result equals a whole-file rewrite.
+"""
+from __future__ import annotations
+
+import ast
+import bisect
+import functools
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torch_musa.utils.musa_converter.table import Table, load_table
+
+LAUNCH_IMPORT = "import torch_musa"
+
+
+@dataclass
+class PyResult:
+    source: str
+    counts: Counter = field(default_factory=Counter)
+    review: list = field(default_factory=list)   # dicts: line, id, text
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.counts)
+
+
+def _dotted(node) -> str | None:
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _ast_dotted(node) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _expr(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+_STR_PREFIX = re.compile(r"^([A-Za-z]*)('''|\"\"\"|'|\")")
+
+
+class _Rewriter(cst.CSTTransformer):
+    def __init__(self, table: Table, name_map: dict[str, str]):
+        super().__init__()
+        self.t = table
+        self.name_map = name_map
+        self.counts: Counter = Counter()
+        self._no_rename: set[int] = set()
+
+    # -- names that must not be renamed as bare identifiers ----------------
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._no_rename.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._no_rename.add(id(node.keyword))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                self._no_rename.add(id(alias.name))
+                if alias.asname is not None:
+                    self._no_rename.add(id(alias.asname.name))
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        new = self.name_map.get(updated.value)
+        if new and id(original) not in self._no_rename:
+            self.counts["py.import-name:" + updated.value] += 1
+            return updated.with_changes(value=new)
+        return updated
+
+    # -- dotted names and attributes ---------------------------------------
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
+        name = _dotted(updated)
+        if name is not None and name in self.t.dotted:
+            self.counts["py.dotted:" + name] += 1
+            new = _expr(self.t.dotted[name])
+            return new.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        attr = updated.attr.value
+        if attr in self.t.attributes and not (name or "").startswith("torch."):
+            self.counts["py.attribute:" + attr] += 1
+            return updated.with_changes(attr=cst.Name(self.t.attributes[attr]))
+        return updated
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        func = updated.func
+        name = _dotted(func)
+        rule = self.t.calls.get(name) if name else None
+        if rule is not None:
+            self.counts["py.call:" + rule["source"]] += 1
+            args = list(updated.args)
+            if rule.get("prepend"):
+                args.insert(0, cst.Arg(value=_expr(rule["prepend"])))
+            return updated.with_changes(func=_expr(rule["to"]), args=args)
+        if isinstance(func, cst.Attribute) and func.attr.value in self.t.methods:
+            if not (name or "").startswith("torch."):
+                self.counts["py.method:" + func.attr.value] += 1
+                return updated.with_changes(
+                    func=func.with_changes(attr=cst.Name(self.t.methods[func.attr.value])))
+        return updated
+
+    # -- imports -------------------------------------------------------------
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom):
+        if updated.relative or updated.module is None or isinstance(updated.names, cst.ImportStar):
+            return updated
+        module = _dotted(original.module)
+        rule = self.t.imports.get(module)
+        if rule is not None and all(a.name.value in rule["names"] for a in updated.names):
+            names = [a.with_changes(name=cst.Name(rule["names"][a.name.value])) for a in updated.names]
+            self.counts["py.import:" + module] += 1
+            return updated.with_changes(module=_expr(rule["to"]), names=names)
+        new_mod = _dotted(updated.module)
+        names, changed = [], False
+        for a in updated.names:
+            full = f"{new_mod}.{a.name.value}" if isinstance(a.name, cst.Name) else None
+            target = self.t.dotted.get(full) if full else None
+            if target and target.rsplit(".", 1)[0] == new_mod:
+                changed = True
+                self.counts["py.dotted:" + full] += 1
+                asname = a.asname or cst.AsName(name=cst.Name(a.name.value))
+                a = a.with_changes(name=cst.Name(target.rsplit(".", 1)[1]), asname=asname)
+            names.append(a)
+        return updated.with_changes(names=names) if changed else updated
+
+    # -- strings and comments ------------------------------------------------
+    def _text(self, text: str, full: bool) -> str:
+        if full:
+            for rid, pat, to in self.t.string_rules:
+                m = pat.fullmatch(text)
+                if m:
+                    self.counts["py." + rid] += 1
+                    return m.expand(to)
+        if self.t.string_token_re is not None:
+            def sub(m):
+                self.counts["py.string-token:" + m.group(0)] += 1
+                return self.t.string_tokens[m.group(0)]
+            text = self.t.string_token_re.sub(sub, text)
+        return text
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
+        m = _STR_PREFIX.match(updated.value)
+        if not m or "b" in m.group(1).lower():
+            return updated
+        pre, q = m.group(0), m.group(2)
+        inner = updated.value[len(pre):len(updated.value) - len(q)]
+        new = self._text(inner, full=True)
+        return updated if new == inner else updated.with_changes(value=pre + new + q)
+
+    def leave_FormattedString(self, original, updated: cst.FormattedString):
+        parts = list(updated.parts)
+        changed = False
+        for i, p in enumerate(parts):
+            if not isinstance(p, cst.FormattedStringText):
+                continue
+            # A device string built with an f-string: f"cuda:{rank}".
+            lead = i == 0 and len(parts) > 1 and p.value.endswith(":")
+            new = self._text(p.value, full=lead)
+            if new != p.value:
+                parts[i] = p.with_changes(value=new)
+                changed = True
+        return updated.with_changes(parts=parts) if changed else updated
+
+    def leave_Comment(self, original: cst.Comment, updated: cst.Comment):
+        new = comment_text(self.t, updated.value, self.counts)
+        return updated if new == updated.value else updated.with_changes(value=new)
+
+
+def comment_text(t: Table, text: str, counts: Counter) -> str:
+    if t.comment_token_re is None:
+        return text
+
+    def sub(m):
+        counts["py.comment-token:" + m.group(0)] += 1
+        return t.comment_tokens[m.group(0)]
+    return t.comment_token_re.sub(sub, text)
+
+
+# --------------------------------------------------------------------------
+# Locating the statements to rewrite
+# --------------------------------------------------------------------------
+
+def _span(node: ast.stmt) -> tuple[int, int]:
+    start = node.lineno
+    for d in getattr(node, "decorator_list", ()):
+        start = min(start, d.lineno)
+    return start, node.end_lineno
+
+
+def _bodies(node) -> list[list[ast.stmt]]:
+    out = []
+    for attr in ("body", "orelse", "finalbody"):
+        v = getattr(node, attr, None)
+        if isinstance(v, list) and v and isinstance(v[0], ast.stmt):
+            out.append(v)
+    for h in getattr(node, "handlers", ()):
+        out.append(h.body)
+    for c in getattr(node, "cases", ()):
+        out.append(c.body)
+    return out
+
+
+class _Locator:
+    def __init__(self, tree: ast.Module, lines: list[str]):
+        self.tree = tree
+        self.lines = lines
+        self._starts: dict[int, list[int]] = {}
+
+    def _find(self, body: list[ast.stmt], line: int):
+        key = id(body)
+        starts = self._starts.get(key)
+        if starts is None:
+            starts = self._starts[key] = [_span(s)[0] for s in body]
+        i = bisect.bisect_right(starts, line) - 1
+        if i >= 0:
+            s = body[i]
+            if _span(s)[1] >= line:
+                return i, s
+        return None
+
+    def path(self, line: int) -> list[tuple[list[ast.stmt], int, ast.stmt]]:
+        """Statements enclosing ``line``, outermost first (body, index, node)."""
+        out = []
+        bodies = [self.tree.body]
+        while bodies:
+            hit = None
+            for body in bodies:
+                f = self._find(body, line)
+                if f:
+                    hit = (body, f[0], f[1])
+                    break
+            if hit is None:
+                break
+            out.append(hit)
+            bodies = _bodies(hit[2])
+        return out
+
+    def _valid(self, body, idx, node) -> bool:
+        start, end = _span(node)
+        text = self.lines[start - 1]
+        stripped = text.lstrip()
+        if getattr(node, "decorator_list", None):
+            if not stripped.startswith("@"):
+                return False
+        elif node.col_offset != len(text.encode("utf-8")) - len(stripped.encode("utf-8")):
+            return False
+        if idx + 1 < len(body) and _span(body[idx + 1])[0] <= end:
+            return False
+        return True
+
+    def chunk(self, line: int):
+        """(start, end) lines of the smallest standalone statement holding
+        ``line``; ``"comment"`` for a comment line outside any simple
+        statement; ``None`` for the whole file."""
+        path = self.path(line)
+        if not path or isinstance(path[-1][2], _COMPOUND) and not _in_simple(path, line):
+            if self.lines[line - 1].lstrip().startswith("#"):
+                return "comment"
+            if not path:
+                return "blank" if not self.lines[line - 1].strip() else None
+        for body, idx, node in reversed(path):
+            if self._valid(body, idx, node):
+                return _span(node)
+        return None
+
+
+_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
+             ast.While, ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", ast.Try), ast.Match)
+
+
+def _in_simple(path, line) -> bool:
+    return not isinstance(path[-1][2], _COMPOUND)
+
+
+# --------------------------------------------------------------------------
+# Review (call sites a rewrite cannot fix), on the original ast
+# --------------------------------------------------------------------------
+
+def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
+    norm = t.apply_dotted
+    items = t.review
+    compares = [i for i in items if i.kind == "compare"]
+    calls = {norm(n): i for i in items if i.kind == "call" for n in i.detect["names"]}
+    attrs = {norm(n): i for i in items if i.kind == "attribute" for n in i.detect["names"]}
+    imports = {n: i for i in items if i.kind == "import" for n in i.detect["names"]}
+    iftests = {norm(n): i for i in items if i.kind == "if-test" for n in i.detect["names"]}
+    strings = [(w, i) for i in items if i.kind == "string" for w in i.detect["words"]]
+
+    def add(node, item):
+        key = (node.lineno, item.id)
+        if key not in seen:
+            seen.add(key)
+            out.append({"line": node.lineno, "id": item.id,
+                        "text": lines[node.lineno - 1].strip()[:160]})
+
+    exempt: set[int] = set()
+    for root in nodes:
+        for node in ast.walk(root):
+            if id(node) in exempt:
+                continue
+            if isinstance(node, ast.Call):
+                n = _ast_dotted(node.func)
+                if n is not None and norm(n) in t.calls:
+                    exempt.update(id(x) for x in ast.walk(node.func))
+            if isinstance(node, ast.Compare):
+                sides = [node.left] + node.comparators
+                lits = {s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)}
+                for item in compares:
+                    if not lits & set(item.detect.get("literals", ())):
+                        continue
+                    want = item.detect.get("attrs")
+                    if want and not any(isinstance(s, ast.Attribute) and s.attr in want for s in sides) \
+                            and not any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+                        continue
+                    add(node, item)
+            elif isinstance(node, ast.Call):
+                name = _ast_dotted(node.func)
+                if name is not None:
+                    item = calls.get(norm(name)) or (calls.get(name.rsplit(".", 1)[-1])
+                                                     if "." not in name else None)
+                    if item:
+                        add(node, item)
+            elif isinstance(node, ast.Attribute):
+                name = _ast_dotted(node)
+                item = attrs.get(norm(name)) if name else None
+                item = item or attrs.get(node.attr)
+                if item:
+                    add(node, item)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                for m in mods:
+                    item = imports.get(m.split(".")[0]) or attrs.get(norm(m))
+                    if item:
+                        add(node, item)
+            elif isinstance(node, (ast.If, ast.IfExp, ast.While)) and iftests:
+                for sub in ast.walk(node.test):
+                    if isinstance(sub, ast.Call):
+                        n = _ast_dotted(sub.func)
+                        item = iftests.get(norm(n)) if n else None
+                        if item:
+                            add(node, item)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and strings:
+                for w, item in strings:
+                    if w in node.value:
+                        add(node, item)
+
+
+# --------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------
+
+def _name_map(t: Table, tree: ast.Module) -> dict[str, str]:
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module in t.imports:
+            rule = t.imports[node.module]
+            if all(a.name in rule["names"] for a in node.names):
+                for a in node.names:
+                    new = rule["names"][a.name]
+                    if a.asname is None and new != a.name:
+                        out[a.name] = new
+    return out
+
+
+def _has_launch_import(tree: ast.Module) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.Import) and any(a.name == "torch_musa" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch_musa":
+            return True
+    return False
+
+
+def _launch_line(tree: ast.Module) -> int:
+    """0-based line index where ``import torch_musa`` goes."""
+    at = None
+    for i, node in enumerate(tree.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str):
+            at = node.end_lineno
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            at = node.end_lineno
+            continue
+        return at if at is not None else _span(node)[0] - 1
+    return at if at is not None else -1
+
+
+def _transform(code: str, t: Table, name_map: dict[str, str], counts: Counter) -> str:
+    indent = code[: len(code) - len(code.lstrip(" \t"))]
+    wrapped = bool(indent)
+    src = ("if True:\n" + code) if wrapped else code
+    module = cst.parse_module(src)
+    rw = _Rewriter(t, name_map)
+    new = module.visit(rw).code
+    counts.update(rw.counts)
+    return new[len("if True:\n"):] if wrapped else new
+
+
+def convert_source(source: str, table: Table | None = None, *, launch: bool = False,
+                   filename: str = "<string>") -> PyResult:
+    """Rewrite one Python source text. Raises SyntaxError if it does not parse."""
+    t = table or load_table()
+    hits = [m.start() for m in t.trigger_re.finditer(source)]
+    if not hits and not launch:
+        return PyResult(source)
+    tree = ast.parse(source, filename=filename)
+    lines = source.splitlines(keepends=True)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines[-1] += "\n"
+        added_nl = True
+    else:
+        added_nl = False
+    line_starts = [0]
+    for ln in lines[:-1]:
+        line_starts.append(line_starts[-1] + len(ln))
+    cand = sorted({bisect.bisect_right(line_starts, h) for h in hits})
+
+    counts: Counter = Counter()
+    review: list = []
+    loc = _Locator(tree, lines)
+    chunks: list[tuple[int, int]] = []
+    comment_lines: list[int] = []
+    whole = False
+    for ln in cand:
+        c = loc.chunk(ln)
+        if c is None:
+            whole = True
+            break
+        if c == "comment":
+            comment_lines.append(ln)
+        elif c != "blank":
+            chunks.append(c)
+    name_map = _name_map(t, tree)
+
+    seen: set = set()
+    # new_lines keeps one entry per original line: a rewritten chunk puts its
+    # text in its first line's entry and empties the others.
+    if whole:
+        _review(t, [tree], lines, review, seen)
+        new_lines = [_transform("".join(lines), t, name_map, counts)] + [""] * (len(lines) - 1)
+    else:
+        chunks.sort(key=lambda c: (c[0], -c[1]))
+        kept: list[tuple[int, int]] = []
+        for c in chunks:
+            if kept and c[1] <= kept[-1][1]:
+                continue
+            kept.append(c)
+        new_lines = list(lines)
+        review_nodes = []
+        for start, end in kept:
+            code = "".join(lines[start - 1:end])
+            new = _transform(code, t, name_map, counts)
+            if new != code:
+                new_lines[start - 1:end] = [new] + [""] * (end - start)
+            for _, _, node in loc.path(start):
+                if _span(node) == (start, end):
+                    review_nodes.append(node)
+                    break
+        _review(t, review_nodes, lines, review, seen)
+        for ln in comment_lines:
+            if any(s <= ln <= e for s, e in kept):
+                continue
+            text = lines[ln - 1]
+            i = text.index("#")
+            new_lines[ln - 1] = text[:i] + comment_text(t, text[i:], counts)
+
+    if launch and not _has_launch_import(tree):
+        at = _launch_line(tree)
+        nl = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+        at = len(lines) if at < 0 else at
+        new_lines.insert(at, LAUNCH_IMPORT + nl)
+        counts["py.launch-import"] += 1
+    out = "".join(new_lines)
+    if added_nl and out.endswith("\n") and not source.endswith("\n"):
+        out = out[:-1]
+    review.sort(key=lambda r: r["line"])
+    return PyResult(out if counts else source, counts, review)

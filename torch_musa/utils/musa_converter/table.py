@@ -1,0 +1,166 @@
+"""The CUDA -> MUSA mapping table (``mapping.yaml``), loaded once and compiled.
+
+The same table drives the static converter and ``torch_musa.cuda_compat``.
+Loading it needs only PyYAML and the standard library.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+TABLE_PATH = os.path.join(os.path.dirname(__file__), "mapping.yaml")
+
+# An identifier character: word boundaries are "not preceded/followed by one".
+_W = r"A-Za-z0-9_"
+
+
+def _bounded(alternatives: list[str]) -> str:
+    alts = "|".join(re.escape(a) for a in sorted(alternatives, key=len, reverse=True))
+    return rf"(?<![{_W}])(?:{alts})(?![{_W}])"
+
+
+@dataclass(frozen=True)
+class ReviewItem:
+    id: str
+    title: str
+    runtime: str
+    converter: str
+    kind: str
+    detect: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass
+class Table:
+    version: str
+    raw: dict
+    # python
+    dotted: dict[str, str]
+    calls: dict[str, dict]          # keyed by the name as it reads after `dotted` rules
+    methods: dict[str, str]
+    attributes: dict[str, str]
+    imports: dict[str, dict]
+    string_rules: list[tuple[str, re.Pattern, str]]
+    string_token_re: re.Pattern | None
+    string_tokens: dict[str, str]
+    comment_token_re: re.Pattern | None
+    comment_tokens: dict[str, str]
+    env: dict[str, str]
+    backends: dict[str, str]
+    devices: dict[str, str]
+    trigger_re: re.Pattern
+    # c
+    c_extensions: dict[str, str]
+    c_sources: tuple[str, ...]
+    c_headers: dict[str, str]
+    c_symbols: dict[str, tuple[str, str]]   # name -> (replacement, rule id)
+    c_prefix_re: re.Pattern
+    c_prefixes: list[tuple[str, str, str]]  # (from, to, rule id) in regex group order
+    c_symbol_re: re.Pattern
+    review: list[ReviewItem]
+
+    def apply_dotted(self, name: str) -> str:
+        """``name`` as it reads after the dotted rules (longest matching prefix)."""
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            head = ".".join(parts[:i])
+            if head in self.dotted:
+                return ".".join([self.dotted[head]] + parts[i:])
+        return name
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(path: str = TABLE_PATH) -> Table:
+    with open(path, encoding="utf-8") as f:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        raw = yaml.load(f, Loader=loader)
+    py = raw["python"]
+    dotted = dict(py["dotted"])
+    pre = lambda n: _apply_prefix(dotted, n)  # noqa: E731
+    calls = {pre(k): dict(v, source=k) for k, v in py["calls"].items()}
+    string_rules = [(r["id"], re.compile(r["pattern"]), r["to"]) for r in py["strings"]]
+    env = dict(raw["env"])
+    string_tokens = {**env, **py.get("string_tokens", {})}
+    comment_tokens = {**env, **py.get("comment_tokens", {})}
+
+    c = raw["c"]
+    symbols: dict[str, tuple[str, str]] = {k: (v, "c.symbol") for k, v in c["symbols"].items()}
+    prefixes: list[tuple[str, str, str]] = []
+    prefix_parts = []
+    for fam in c["families"]:
+        for n in fam["names"]:
+            symbols.setdefault(fam["from"] + n, (fam["to"] + n, "c." + fam["id"]))
+        prefixes.append((fam["from"], fam["to"], "c." + fam["id"] + ".prefix"))
+        nxt = fam.get("next", "[A-Z]")
+        prefix_parts.append(rf"(?<![{_W}]){re.escape(fam['from'])}(?={nxt})[{_W}]*")
+    # One pass: explicit symbols first (namespaced ones contain `::`), then prefixes.
+    sym_alts = sorted(symbols, key=len, reverse=True)
+    sym_re = "|".join(
+        rf"(?<![{_W}:]){re.escape(s)}(?![{_W}])" if "::" in s else rf"(?<![{_W}]){re.escape(s)}(?![{_W}])"
+        for s in sym_alts
+    )
+    c_symbol_re = re.compile(sym_re)
+    c_prefix_re = re.compile("|".join(f"({p})" for p in prefix_parts))
+
+    review = []
+    for item in raw["review"]:
+        det = dict(item.get("detect") or {"kind": "none"})
+        review.append(ReviewItem(item["id"], item["title"], item["runtime"], item["converter"],
+                                 det.get("kind", "none"), det))
+
+    words = set(py["triggers"])
+    trigger_re = re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+
+    return Table(
+        version=str(raw["version"]),
+        raw=raw,
+        dotted=dotted,
+        calls=calls,
+        methods=dict(py["methods"]),
+        attributes=dict(py["attributes"]),
+        imports={k: dict(v) for k, v in py["imports"].items()},
+        string_rules=string_rules,
+        string_token_re=re.compile(_bounded(list(string_tokens))) if string_tokens else None,
+        string_tokens=string_tokens,
+        comment_token_re=re.compile(_comment_pattern(list(comment_tokens))) if comment_tokens else None,
+        comment_tokens=comment_tokens,
+        env=env,
+        backends=dict(raw["backends"]),
+        devices=dict(raw["devices"]),
+        trigger_re=trigger_re,
+        c_extensions=dict(c["extensions"]),
+        c_sources=tuple(c["sources"]),
+        c_headers=dict(c["headers"]),
+        c_symbols=symbols,
+        c_prefix_re=c_prefix_re,
+        c_prefixes=prefixes,
+        c_symbol_re=c_symbol_re,
+        review=review,
+    )
+
+
+def _apply_prefix(dotted: dict[str, str], name: str) -> str:
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        head = ".".join(parts[:i])
+        if head in dotted:
+            return ".".join([dotted[head]] + parts[i:])
+    return name
+
+
+def _comment_pattern(tokens: list[str]) -> str:
+    # Tokens may start/end with punctuation (".cuda()"): only bound the word ends.
+    alts = []
+    for t in sorted(tokens, key=len, reverse=True):
+        left = rf"(?<![{_W}])" if re.match(rf"[{_W}]", t[0]) else ""
+        right = rf"(?![{_W}])" if re.match(rf"[{_W}]", t[-1]) else ""
+        alts.append(left + re.escape(t) + right)
+    return "|".join(alts)
+
+
+def review_items() -> list[ReviewItem]:
+    """The shared list of what neither the converter nor cuda_compat can fix."""
+    return list(load_table().review)
