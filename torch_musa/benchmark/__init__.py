@@ -3,7 +3,7 @@ a cross-device correctness gate, JSON/CSV/PNG reports, --compare and --capture.
 
     python -m torch_musa.benchmark --device musa,cpu --tag-filter short
 
-API: ``load_suites``, ``expand``, ``run_tests``, ``measure``, ``capture``.
+API: ``load_suites``, ``expand``, ``run_tests``, ``measure``, ``record`` (capture).
 """
 from .config import SuiteError, expand, load_suite, load_suites, parse_suite  # noqa: F401
 from .timing import measure  # noqa: F401
@@ -17,7 +17,8 @@ def run_tests(tests, devices, settings=None, progress=False):
                          settings or runner.Settings(), progress=progress)
 
 
-def capture(*args, **kwargs):
-    """``with capture() as rec: model(x)`` records the aten op cases; see capture.Recorder."""
+def record(device_type=None, **kwargs):
+    """``with record() as rec: model(x)`` records the aten op cases a run dispatches;
+    then ``rec.write_suite("model.yaml")``. See torch_musa.benchmark.capture.Recorder."""
     from .capture import Recorder
-    return Recorder(*args, **kwargs)
+    return Recorder(device_type=device_type, **kwargs)

@@ -181,7 +181,7 @@ class Test:
 
 def _fmt_param(v):
     if isinstance(v, (list, tuple)):
-        return "x".join(str(x) for x in v)
+        return "x".join(str(x) for x in v) if v else "()"
     return str(v)
 
 

@@ -172,19 +172,25 @@ def results_table(results: list[dict], devices: list[str]) -> str:
         if not checks:
             checks = ["ok" if any(r.get("checked") for r in by_dev.values()) else
                       ("-" if len(devices) == 1 else "unchecked")]
+            if any(r.get("check_note") for r in by_dev.values()):
+                checks = ["ok (by f64)"]
         row.append("; ".join(checks))
         rows.append(row)
     text = _render(headers, rows, aligns)
     if len(devices) > 1:
         text += (f"\n\n{first}/X: median time on {first} divided by the time on X "
-                 f"(below 1: {first} is faster). GFLOP/s and GB/s on {first}.")
+                 f"(below 1: {first} is faster). GFLOP/s and GB/s on {first}. "
+                 f"'ok (by f64)': outside the dtype's tolerance of {first}, but no further "
+                 f"from a float64 CPU result than {first} (within 2x).")
     if notes:
         text += "\n\nProblems:\n" + "\n".join(f"  {n}" for n in notes)
     return text
 
 
 def _p(v):
-    return "x".join(map(str, v)) if isinstance(v, list) else str(v)
+    if isinstance(v, list):
+        return "x".join(map(str, v)) if v else "()"
+    return str(v)
 
 
 def summary_line(results: list[dict]) -> str:

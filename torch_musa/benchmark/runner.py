@@ -221,14 +221,22 @@ class Prepared:
     rotations: int
 
 
-def prepare(test: Test, device: torch.device, settings: Settings) -> Prepared:
-    """Build the input sets on ``device``, run once for the check, and return a timed callable."""
+def prepare(test: Test, device: torch.device, settings: Settings, upcast: bool = False) -> Prepared:
+    """Build the input sets on ``device``, run once for the check, and return a timed callable.
+
+    ``upcast``: one input set only, floating inputs turned to float64 (after rounding to the
+    test's dtype): the ground truth that settles a disagreement between devices.
+    """
     device = torch.device(device)
     bwd = test.mode == "fwd+bwd"
     first_cpu = make_inputs(test, 0, settings.seed)
+    if upcast:
+        first_cpu = {k: (t.double() if t.is_floating_point() else t) for k, t in first_cpu.items()}
     set_bytes = max(1, _nbytes(first_cpu.values()))
     n_sets = max(1, min(settings.max_rotations, math.ceil(settings.rotate_bytes / set_bytes),
                         settings.rotate_budget // set_bytes))
+    if upcast:
+        n_sets = 1
     sets = []
     for k in range(n_sets):
         cpu = first_cpu if k == 0 else make_inputs(test, k, settings.seed)
@@ -255,8 +263,9 @@ def prepare(test: Test, device: torch.device, settings: Settings) -> Prepared:
         if not outs or not leaves:
             raise RuntimeError("forward+backward: no output or input requires grad")
         g = torch.Generator().manual_seed(_seed_for(test.id, -1, settings.seed))
-        grad_outs = [torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype).to(device)
-                     for o in outs]
+        rnd = DTYPES[test.dtype] if DTYPES[test.dtype].is_floating_point else torch.float64
+        grad_outs = [torch.randn(o.shape, generator=g, dtype=torch.float64).to(rnd).to(o.dtype)
+                     .to(device) for o in outs]
         grads = torch.autograd.grad(outs, leaves, grad_outs, allow_unused=True)
         result = flatten_tensors(out) + [gr for gr in grads if gr is not None]
     else:
@@ -294,7 +303,7 @@ def _formula(text, test, default=None):
 def run_test(test: Test, devices: list[torch.device], settings: Settings) -> list[dict]:
     """Time one test on each device; check every device against the first. One row per device."""
     rows = []
-    reference = None
+    reference = truth = None
     for di, device in enumerate(devices):
         row = {"id": test.id, "suite": test.case.suite, "op": test.case.full_name,
                "case": test.case.name, "params": _jsonable(
@@ -315,9 +324,14 @@ def run_test(test: Test, devices: list[torch.device], settings: Settings) -> lis
             ok, why, err = _check_all(reference, prep.outputs, test)
             row["checked"], row["max_err"] = True, err
             if not ok:
-                row.update(status="wrong", error=why)
-                rows.append(row)
-                continue
+                if truth is None:
+                    truth = _ground_truth(test, settings)
+                ok, note = _arbitrate(reference, prep.outputs, truth, test)
+                row["check_note"] = note
+                if not ok:
+                    row.update(status="wrong", error=f"{why}; {note}")
+                    rows.append(row)
+                    continue
         try:
             with torch.set_grad_enabled(test.mode == "fwd+bwd"):
                 m = timing.measure(prep.run, device, min_time=settings.min_time,
@@ -346,6 +360,39 @@ def run_test(test: Test, devices: list[torch.device], settings: Settings) -> lis
         row["gbps"] = nbytes / med / 1e9 if nbytes and med > 0 else None
         rows.append(row)
     return rows
+
+
+def _ground_truth(test: Test, settings: Settings):
+    try:
+        return prepare(test, torch.device("cpu"), settings, upcast=True).outputs
+    except Exception as e:  # noqa: BLE001
+        return e
+
+
+def _arbitrate(ref, got, truth, test) -> tuple[bool, str]:
+    """The devices disagree beyond the dtype's tolerance: a device passes if its distance to
+    a float64 CPU result is within twice the first device's distance (plus the dtype's atol)."""
+    if isinstance(truth, BaseException):
+        return False, f"no float64 ground truth to arbitrate ({_short_error(truth)})"
+    if not (len(ref) == len(got) == len(truth)):
+        return False, "output counts differ"
+    worst = []
+    for k, (r, g, t) in enumerate(zip(ref, got, truth)):
+        if r.shape != g.shape or r.shape != t.shape or r.dtype != g.dtype:
+            return False, f"output {k}: shapes or dtypes differ"
+        if not (r.is_floating_point() or r.is_complex()):
+            if not torch.equal(r, g):
+                return False, f"output {k}: integer results differ"
+            continue
+        t64 = t.detach().to(torch.float64)
+        e_ref = (r.to(torch.float64) - t64).abs().nan_to_num(nan=math.inf).max().item() if r.numel() else 0.0
+        e_got = (g.to(torch.float64) - t64).abs().nan_to_num(nan=math.inf).max().item() if g.numel() else 0.0
+        atol = TOLERANCES.get(r.dtype, (1e-4, 1e-5))[1]
+        worst.append(f"{k}: {e_got:.3g} vs {e_ref:.3g}")
+        if not e_got <= 2 * e_ref + atol:
+            return False, (f"against a float64 CPU result, output {k} is off by {e_got:.3g}, "
+                           f"the first device by {e_ref:.3g}")
+    return True, "within 2x of the first device's error against float64 (" + "; ".join(worst) + ")"
 
 
 def _check_all(ref, got, test):
