@@ -364,6 +364,7 @@ def _parse_case(path, suite_name, raw) -> CaseSpec:
     if not isinstance(params, dict):
         raise SuiteError(path, _line(raw, "params"), f"case {name!r}: 'params' must be a mapping")
     configs = _parse_configs(path, raw.get("configs"), name, line)
+    _check_names(path, raw, name, inputs, params, configs, line)
     return CaseSpec(
         suite=suite_name, name=name, op=raw.get("op"), expr=raw.get("expr"), inputs=inputs,
         args=args, kwargs=dict(kwargs), dtypes=[str(d) for d in dtypes],
@@ -372,6 +373,38 @@ def _parse_case(path, suite_name, raw) -> CaseSpec:
         bytes_bwd=_opt_str(raw.get("bytes_bwd")), check=bool(raw.get("check", True)),
         configs=configs, params=dict(params), path=path, line=line,
         atol=raw.get("atol"), rtol=raw.get("rtol"), count=raw.get("count"))
+
+
+def _names_in(text) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(str(text), mode="eval")) if isinstance(n, ast.Name)}
+
+
+def _check_names(path, raw, case_name, inputs, params, configs, line):
+    """Every name a shape, bound or formula uses must be a parameter of every config."""
+    known_extra = set(SAFE_NAMES) | {"elem", "dtype", "True", "False", "None"}
+    uses = []   # (names, line, what)
+    for spec, raw_in in zip(inputs, raw.get("inputs", [])):
+        for d in spec.shape:
+            if isinstance(d, str):
+                uses.append((_names_in(d), _line(raw_in, "shape"), f"input {spec.name!r} shape"))
+        for k in ("low", "high"):
+            v = getattr(spec, k)
+            if isinstance(v, str):
+                uses.append((_names_in(v), _line(raw_in, k), f"input {spec.name!r} {k}"))
+    for k in ("flops", "bytes", "flops_bwd", "bytes_bwd"):
+        if raw.get(k) is not None:
+            uses.append((_names_in(raw[k]), _line(raw, k), k))
+    raw_cfgs = raw.get("configs") or []
+    for ci, (_, combos, _) in enumerate(configs):
+        cline = _line(raw_cfgs[ci], default=line) if ci < len(raw_cfgs) else line
+        for combo in combos:
+            have = set(params) | set(combo) | known_extra
+            for names, uline, what in uses:
+                missing = sorted(names - have)
+                if missing:
+                    raise SuiteError(path, cline, f"case {case_name!r}: {what} (line {uline}) uses "
+                                     f"{', '.join(missing)}, which this config does not set "
+                                     f"(it sets: {', '.join(sorted(set(params) | set(combo))) or 'nothing'})")
 
 
 def _opt_str(v):

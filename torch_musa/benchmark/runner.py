@@ -326,7 +326,15 @@ def run_test(test: Test, devices: list[torch.device], settings: Settings) -> lis
             if not ok:
                 if truth is None:
                     truth = _ground_truth(test, settings)
-                ok, note = _arbitrate(reference, prep.outputs, truth, test)
+                ok, note = _arbitrate(reference, prep.outputs, truth, test, str(device))
+                if note.startswith("FIRST_WRONG: "):
+                    # the first device is the wrong one: it was timed, but it is not a success
+                    note = note[len("FIRST_WRONG: "):]
+                    first = rows[0]
+                    if first["status"] == "ok":
+                        first.update(status="wrong", checked=True,
+                                     error=f"disagrees with {device}; {note}")
+                    note = f"the first device is wrong: {note}"
                 row["check_note"] = note
                 if not ok:
                     row.update(status="wrong", error=f"{why}; {note}")
@@ -369,9 +377,11 @@ def _ground_truth(test: Test, settings: Settings):
         return e
 
 
-def _arbitrate(ref, got, truth, test) -> tuple[bool, str]:
+def _arbitrate(ref, got, truth, test, devname="this device") -> tuple[bool, str]:
     """The devices disagree beyond the dtype's tolerance: a device passes if its distance to
-    a float64 CPU result is within twice the first device's distance (plus the dtype's atol)."""
+    a float64 CPU result is within twice the first device's distance (plus the dtype's atol).
+    When instead the first device is the one far off, the note starts with FIRST_WRONG."""
+    first_wrong = []
     if isinstance(truth, BaseException):
         return False, f"no float64 ground truth to arbitrate ({_short_error(truth)})"
     if not (len(ref) == len(got) == len(truth)):
@@ -392,6 +402,11 @@ def _arbitrate(ref, got, truth, test) -> tuple[bool, str]:
         if not e_got <= 2 * e_ref + atol:
             return False, (f"against a float64 CPU result, output {k} is off by {e_got:.3g}, "
                            f"the first device by {e_ref:.3g}")
+        if e_ref > 2 * e_got + atol:
+            first_wrong.append(f"output {k} is off by {e_ref:.3g} against a float64 CPU result, "
+                               f"{devname} by {e_got:.3g}")
+    if first_wrong:
+        return True, "FIRST_WRONG: " + "; ".join(first_wrong)
     return True, "within 2x of the first device's error against float64 (" + "; ".join(worst) + ")"
 
 

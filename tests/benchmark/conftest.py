@@ -1,0 +1,29 @@
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+@pytest.fixture(scope="session")
+def musa():
+    """Import torch_musa (registers the musa device); skip when it cannot be loaded."""
+    try:
+        import torch_musa  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"torch_musa not importable: {e}")
+    import torch
+    if not torch.musa.is_available():
+        pytest.skip("no musa device")
+    return torch.device("musa")
+
+
+@pytest.fixture
+def fast():
+    """Benchmark settings short enough for tests."""
+    from torch_musa.benchmark.runner import Settings
+    return Settings(min_time=0.002, warmup=1, warmup_time=0.0, min_block_time=2e-4,
+                    max_rotations=2)
