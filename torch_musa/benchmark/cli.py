@@ -170,6 +170,7 @@ def main(argv=None) -> int:
         return 1
     devices = [torch.device(d) for d in _split([args.device])] if args.device else \
         [torch.device(d) for d in default_devices()]
+    _warn_if_busy(devices)
     settings = runner.Settings(min_time=args.min_time, warmup=args.warmup_iterations,
                                iterations=args.iterations, seed=args.seed)
     results = run_tests(tests, devices, settings, progress=not args.no_progress)
@@ -196,6 +197,19 @@ def main(argv=None) -> int:
             print("chart skipped: it needs two devices (or use --compare)", file=sys.stderr)
     bad = sum(r["status"] == "wrong" for r in results)
     return 3 if bad else 0
+
+
+def _warn_if_busy(devices):
+    """CPU thread pools that wait on a busy core turn microseconds into milliseconds."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return
+    ncpu = os.cpu_count() or 1
+    if torch.get_num_threads() >= ncpu and load >= 0.5 * ncpu:
+        print(f"note: load average {load:.1f} on {ncpu} CPUs and {torch.get_num_threads()} torch "
+              f"threads: timings will be noisy; --num-threads {max(1, ncpu // 2)} helps",
+              file=sys.stderr)
 
 
 def run_tests(tests, devices, settings, progress=True) -> list[dict]:

@@ -148,10 +148,10 @@ def results_table(results: list[dict], devices: list[str]) -> str:
     """One row per test: the median on each device, throughput on the first, and first/other ratios."""
     first = devices[0]
     headers = ["test", "dtype", "mode"] + [f"{d}" for d in devices]
-    headers += ["GFLOP/s", "GB/s"]
+    headers += ["±%", "GFLOP/s", "GB/s"]
     headers += [f"{first}/{d}" for d in devices[1:]]
     headers += ["check"]
-    aligns = ["<", "<", "<"] + [">"] * (len(devices) + 2 + len(devices) - 1) + ["<"]
+    aligns = ["<", "<", "<"] + [">"] * (len(devices) + 3 + len(devices) - 1) + ["<"]
     rows, notes = [], []
     for tid, by_dev in group_by_test(results).items():
         any_r = next(iter(by_dev.values()))
@@ -159,7 +159,11 @@ def results_table(results: list[dict], devices: list[str]) -> str:
                               if any_r["params"] else "")
         r0 = by_dev.get(first)
         row = [name, any_r["dtype"], any_r["mode"]] + [cell(by_dev.get(d)) for d in devices]
-        row += [_fmt_num(r0.get("gflops") if r0 else None), _fmt_num(r0.get("gbps") if r0 else None, 2)]
+        spread = None
+        if r0 and r0.get("status") == "ok" and r0.get("median_s"):
+            spread = 50.0 * r0["iqr_s"] / r0["median_s"]
+        row += [_fmt_num(spread, 0), _fmt_num(r0.get("gflops") if r0 else None),
+                _fmt_num(r0.get("gbps") if r0 else None, 2)]
         for d in devices[1:]:
             q = ratio(r0, by_dev.get(d))
             row.append("-" if q is None else f"{q:.2f}x")
@@ -179,7 +183,8 @@ def results_table(results: list[dict], devices: list[str]) -> str:
     text = _render(headers, rows, aligns)
     if len(devices) > 1:
         text += (f"\n\n{first}/X: median time on {first} divided by the time on X "
-                 f"(below 1: {first} is faster). GFLOP/s and GB/s on {first}. "
+                 f"(below 1: {first} is faster). ±%, GFLOP/s and GB/s on {first} "
+                 f"(±%: half the interquartile range over the median). "
                  f"'ok (by f64)': outside the dtype's tolerance of {first}, but no further "
                  f"from a float64 CPU result than {first} (within 2x).")
     if notes:

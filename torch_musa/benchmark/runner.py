@@ -237,13 +237,15 @@ def prepare(test: Test, device: torch.device, settings: Settings, upcast: bool =
                         settings.rotate_budget // set_bytes))
     if upcast:
         n_sets = 1
+    # input rotation: the other sets are copies of set 0 at other addresses, made on the
+    # device (same values, so every set computes the same thing; caches see new memory)
+    base = {name: t.to(device) for name, t in first_cpu.items()}
     sets = []
     for k in range(n_sets):
-        cpu = first_cpu if k == 0 else make_inputs(test, k, settings.seed)
         dev = {}
-        for name, t in cpu.items():
+        for name, t in base.items():
             spec = next(s for s in test.case.inputs if s.name == name)
-            d = t.to(device)
+            d = t if k == 0 else t.clone()
             if bwd and spec.grad and (d.is_floating_point() or d.is_complex()):
                 d.requires_grad_(True)
             dev[name] = d
