@@ -95,6 +95,8 @@ def make_inputs(test: Test, k: int, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(_seed_for(test.id, k, seed))
     env = _env(test)
     out = {}
+    # random values are drawn in float32 (float64 for a float64 test), then cast
+    gen_dt = torch.float64 if DTYPES[test.dtype] in (torch.float64, torch.complex128) else torch.float32
     for spec in test.case.inputs:
         shape = _dims(test, spec.shape)
         dt = DTYPES[spec.dtype] if spec.dtype else DTYPES[test.dtype]
@@ -118,11 +120,11 @@ def make_inputs(test: Test, k: int, seed: int = 0) -> dict[str, torch.Tensor]:
         elif init == "rand":
             lo = float(low if low is not None else 0.0)
             hi = float(high if high is not None else 1.0)
-            t = torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+            t = torch.rand(shape, generator=g, dtype=gen_dt) * (hi - lo) + lo
         elif init == "positive":
-            t = torch.rand(shape, generator=g, dtype=torch.float64) * 0.9 + 0.1
+            t = torch.rand(shape, generator=g, dtype=gen_dt) * 0.9 + 0.1
         else:  # randn
-            t = torch.randn(shape, generator=g, dtype=torch.float64)
+            t = torch.randn(shape, generator=g, dtype=gen_dt)
         if spec.scale != 1.0 and t.is_floating_point():
             t = t * spec.scale
         t = t.to(dt)
