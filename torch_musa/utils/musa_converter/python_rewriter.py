@@ -268,6 +268,8 @@ class _Locator:
         start, end = _span(node)
         text = self.lines[start - 1]
         stripped = text.lstrip()
+        if isinstance(node, ast.If) and stripped.startswith("elif"):
+            return False
         if getattr(node, "decorator_list", None):
             if not stripped.startswith("@"):
                 return False
@@ -278,21 +280,47 @@ class _Locator:
         return True
 
     def chunk(self, line: int):
-        """(start, end) lines of the smallest standalone statement holding
-        ``line``; ``"comment"`` for a comment line outside any simple
-        statement; ``None`` for the whole file."""
+        """Where the rewrite of ``line`` happens: ``(start, end, None)`` for
+        the smallest standalone statement holding it; ``(start, end, hdr)``
+        for just the header of a compound statement (its body is rewritten on
+        its own); ``"comment"`` for a comment line outside any simple
+        statement; ``"blank"``; ``None`` for the whole file."""
         path = self.path(line)
-        if not path or isinstance(path[-1][2], _COMPOUND) and not _in_simple(path, line):
+        if not path or isinstance(path[-1][2], _COMPOUND):
             if self.lines[line - 1].lstrip().startswith("#"):
                 return "comment"
             if not path:
                 return "blank" if not self.lines[line - 1].strip() else None
+            body, idx, node = path[-1]
+            hdr = self._header(body, idx, node, line)
+            if hdr is not None:
+                return hdr
         for body, idx, node in reversed(path):
             if self._valid(body, idx, node):
-                return _span(node)
+                return (*_span(node), None)
         return None
 
+    def _header(self, body, idx, node, line):
+        if not isinstance(node, _HEADERED) or not node.body:
+            return None
+        start = _span(node)[0]
+        first = _span(node.body[0])[0]
+        if not (start <= line < first) or first <= node.lineno:
+            return None
+        text = self.lines[node.lineno - 1].lstrip()
+        elif_ = isinstance(node, ast.If) and text.startswith("elif")
+        if not elif_ and not self._valid(body, idx, node):
+            return None
+        first_text = self.lines[first - 1]
+        indent = first_text[: len(first_text) - len(first_text.lstrip(" \t"))]
+        b0 = node.body[0]
+        if not getattr(b0, "decorator_list", None) and b0.col_offset != len(indent.encode()):
+            return None   # `def f(...) -> T: ...`: the body shares the header's last line
+        return (start, first - 1, (indent, elif_, node))
 
+
+_HEADERED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
+              ast.While, ast.With, ast.AsyncWith)
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
              ast.While, ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", ast.Try), ast.Match)
 
@@ -378,8 +406,10 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
 # Entry point
 # --------------------------------------------------------------------------
 
-def _name_map(t: Table, tree: ast.Module) -> dict[str, str]:
-    out = {}
+def _name_map(t: Table, tree: ast.Module, source: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not any(m in source for m in t.imports):
+        return out
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module in t.imports:
             rule = t.imports[node.module]
@@ -415,15 +445,41 @@ def _launch_line(tree: ast.Module) -> int:
     return at if at is not None else -1
 
 
-def _transform(code: str, t: Table, name_map: dict[str, str], counts: Counter) -> str:
+def _transform(code: str, t: Table, name_map: dict[str, str], counts: Counter,
+               header: tuple | None = None) -> str:
     indent = code[: len(code) - len(code.lstrip(" \t"))]
+    if header is not None:
+        body_indent, elif_, _ = header
+        nl = "\r\n" if code.split("\n", 1)[0].endswith("\r") else "\n"
+        if not code.endswith("\n"):
+            code += nl
+        if elif_:
+            code = indent + code[len(indent) + 2:]   # "elif" -> "if"
+        code = code + body_indent + "pass" + nl
     wrapped = bool(indent)
     src = ("if True:\n" + code) if wrapped else code
     module = cst.parse_module(src)
     rw = _Rewriter(t, name_map)
     new = module.visit(rw).code
     counts.update(rw.counts)
-    return new[len("if True:\n"):] if wrapped else new
+    new = new[len("if True:\n"):] if wrapped else new
+    if header is not None:
+        tail = body_indent + "pass" + nl
+        if not new.endswith(tail):
+            raise ValueError("header rewrite lost its placeholder body")
+        new = new[: len(new) - len(tail)]
+        if elif_:
+            new = indent + "el" + new[len(indent):]
+    return new
+
+
+def _header_only(node: ast.stmt) -> ast.stmt:
+    import copy
+    n = copy.copy(node)
+    for f in ("body", "orelse", "finalbody", "handlers"):
+        if hasattr(n, f):
+            setattr(n, f, [])
+    return n
 
 
 def convert_source(source: str, table: Table | None = None, *, launch: bool = False,
@@ -460,7 +516,7 @@ def convert_source(source: str, table: Table | None = None, *, launch: bool = Fa
             comment_lines.append(ln)
         elif c != "blank":
             chunks.append(c)
-    name_map = _name_map(t, tree)
+    name_map = _name_map(t, tree, source)
 
     seen: set = set()
     # new_lines keeps one entry per original line: a rewritten chunk puts its
@@ -469,26 +525,29 @@ def convert_source(source: str, table: Table | None = None, *, launch: bool = Fa
         _review(t, [tree], lines, review, seen)
         new_lines = [_transform("".join(lines), t, name_map, counts)] + [""] * (len(lines) - 1)
     else:
-        chunks.sort(key=lambda c: (c[0], -c[1]))
-        kept: list[tuple[int, int]] = []
+        chunks.sort(key=lambda c: (c[0], -c[1], c[2] is not None))
+        kept: list[tuple] = []
         for c in chunks:
             if kept and c[1] <= kept[-1][1]:
                 continue
             kept.append(c)
         new_lines = list(lines)
         review_nodes = []
-        for start, end in kept:
+        for start, end, hdr in kept:
             code = "".join(lines[start - 1:end])
-            new = _transform(code, t, name_map, counts)
+            new = _transform(code, t, name_map, counts, hdr)
             if new != code:
                 new_lines[start - 1:end] = [new] + [""] * (end - start)
+            if hdr is not None:
+                review_nodes.append(_header_only(hdr[2]))
+                continue
             for _, _, node in loc.path(start):
                 if _span(node) == (start, end):
                     review_nodes.append(node)
                     break
         _review(t, review_nodes, lines, review, seen)
         for ln in comment_lines:
-            if any(s <= ln <= e for s, e in kept):
+            if any(s <= ln <= e for s, e, _ in kept):
                 continue
             text = lines[ln - 1]
             i = text.index("#")

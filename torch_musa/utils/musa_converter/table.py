@@ -111,8 +111,9 @@ def load_table(path: str = TABLE_PATH) -> Table:
         review.append(ReviewItem(item["id"], item["title"], item["runtime"], item["converter"],
                                  det.get("kind", "none"), det))
 
-    words = set(py["triggers"])
-    trigger_re = re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+    words = set(py["trigger_words"]) | set(env)
+    trigger_re = re.compile("|".join([_bounded(sorted(words))] + list(py["trigger_patterns"])),
+                            re.M)
 
     return Table(
         version=str(raw["version"]),

@@ -1,0 +1,166 @@
+"""``musa-converter``: port CUDA PyTorch code (Python and C/C++) to musa.
+
+Safety policy
+-------------
+* ``--dry-run`` prints a unified diff of every change and writes nothing.
+* Writing in place (the default) first copies every file it changes into
+  ``ROOT/.musa_converter_backup/<timestamp>/`` (same relative path), or into
+  ``--backup-dir``; ``--no-backup`` turns that off. ``.cu``/``.cuh`` files are
+  renamed to ``.mu``/``.muh`` (the original goes to the backup).
+* ``-o/--output_path DIR`` converts a copy of the tree into DIR and leaves the
+  source untouched (no backup needed).
+* A second run changes nothing. Files that do not parse, are binary or not
+  UTF-8, or are links out of the root are skipped and reported; the exit code
+  is 1 if any file failed, 0 otherwise (2 for bad arguments).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+from torch_musa.utils.musa_converter import engine
+from torch_musa.utils.musa_converter.table import load_table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="musa-converter",
+        description="Convert CUDA PyTorch code (Python, .cu/.cuh/C++) to torch_musa.",
+        epilog=__doc__.split("Safety policy", 1)[1].replace("-------------", "safety policy:"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("-r", "--root_path", required=True, help="file or folder to convert")
+    p.add_argument("-l", "--launch_path", nargs="+", default=[],
+                   help="script(s) that get `import torch_musa` inserted at the top")
+    p.add_argument("-e", "--excluded_path", nargs="+", default=[],
+                   help="files or folders to leave alone (relative to the cwd or the root)")
+    p.add_argument("-o", "--output_path", default=None,
+                   help="write a converted copy of the root here instead of converting in place")
+    p.add_argument("--dry-run", action="store_true", help="print a unified diff, change nothing")
+    p.add_argument("--no-backup", action="store_true", help="in place, without keeping backups")
+    p.add_argument("--backup-dir", default=None, help="where backups go (default: ROOT/%s/<time>)"
+                   % engine.BACKUP_DIRNAME)
+    p.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--report", metavar="FILE", default=None, help="write the full report as JSON")
+    p.add_argument("--python-only", action="store_true", help="only .py files")
+    p.add_argument("--c-only", action="store_true", help="only C/C++/CUDA sources")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="only the summary")
+    p.add_argument("--version", action="version",
+                   version=f"musa-converter (mapping table {load_table().version})")
+    return p
+
+
+def _table(rows: list[tuple], headers: tuple) -> str:
+    rows = [tuple(str(c) for c in r) for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*r) for r in rows]
+    return "\n".join(out)
+
+
+def print_report(res: engine.RunResult, quiet: bool = False, out=sys.stdout, limit: int = 40) -> None:
+    data = res.to_json()
+    s = data["summary"]
+    if not quiet:
+        touched = [f for f in res.files if f.status != "unchanged"]
+        if touched:
+            rows = [(f.path + (f" -> {f.new_path}" if f.new_path else ""), f.status,
+                     sum(f.counts.values()), len(f.review), f.reason) for f in touched[:limit]]
+            print(_table(rows, ("file", "status", "rewrites", "review", "note")), file=out)
+            if len(touched) > limit:
+                print(f"... {len(touched) - limit} more files (see --report)", file=out)
+            print(file=out)
+        rules: dict[str, int] = {}
+        for k, v in data["rules"].items():
+            rid = k.split(":", 1)[0]
+            rules[rid] = rules.get(rid, 0) + v
+        if rules:
+            rows = sorted(rules.items(), key=lambda kv: -kv[1])
+            print(_table(rows, ("rule", "count")), file=out)
+            print(file=out)
+        if data["review"]:
+            print("Needs a human look (a rewrite cannot fix these):", file=out)
+            rows = [(f"{r['path']}:{r['line']}", r["id"], r["text"][:70]) for r in data["review"][:limit]]
+            print(_table(rows, ("where", "issue", "code")), file=out)
+            if len(data["review"]) > limit:
+                print(f"... {len(data['review']) - limit} more (see --report)", file=out)
+            seen = []
+            for r in data["review"]:
+                if r["id"] not in seen:
+                    seen.append(r["id"])
+            for rid in seen:
+                r = next(x for x in data["review"] if x["id"] == rid)
+                print(f"  {rid}: {r['advice']}", file=out)
+            print(file=out)
+    verb = "would change" if res.dry_run else "changed"
+    print(f"musa-converter (table {data['table_version']}): {s['files']} files, {s['lines']} lines, "
+          f"{verb} {s['converted']}, unchanged {s['unchanged']}, skipped {s['skipped']}, "
+          f"failed {s['failed']}; {s['rewrites']} rewrites, {s['review']} to review; "
+          f"{data['seconds']:.2f} s", file=out)
+    if res.backup_dir:
+        print(f"backups: {res.backup_dir}", file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.python_only and args.c_only:
+        print("musa-converter: --python-only and --c-only exclude each other", file=sys.stderr)
+        return 2
+    root = args.root_path
+    if not os.path.lexists(root):
+        print(f"musa-converter: {root}: no such file or directory", file=sys.stderr)
+        return 2
+    launch = list(args.launch_path)
+    excluded = list(args.excluded_path)
+    backup = not args.no_backup
+    if args.output_path:
+        if args.dry_run:
+            print("musa-converter: --dry-run and --output_path exclude each other", file=sys.stderr)
+            return 2
+        src_dir = os.path.abspath(root if os.path.isdir(root) else os.path.dirname(root))
+        out = os.path.abspath(args.output_path)
+        if engine._is_within(out, src_dir) or os.path.exists(out) and os.listdir(out):
+            print(f"musa-converter: output path {args.output_path} must be a new folder "
+                  "outside the root", file=sys.stderr)
+            return 2
+        ex = [engine._resolve_user_path(e, src_dir) for e in excluded]
+
+        def ignore(d, names):
+            return [n for n in names if n in engine.SKIP_DIRS
+                    or any(engine._is_within(os.path.realpath(os.path.join(d, n)), e) for e in ex)]
+        if os.path.isdir(root):
+            shutil.copytree(root, out, symlinks=True, ignore=ignore)
+            new_root = out
+        else:
+            os.makedirs(out, exist_ok=True)
+            new_root = os.path.join(out, os.path.basename(root))
+            shutil.copy2(root, new_root)
+        launch = [os.path.join(out, os.path.relpath(engine._resolve_user_path(p, src_dir), src_dir))
+                  for p in launch]
+        root, excluded, backup = new_root, [], False
+    opts = engine.Options(
+        root=root, launch_paths=tuple(launch), excluded=tuple(excluded), dry_run=args.dry_run,
+        backup=backup, backup_dir=args.backup_dir, jobs=args.jobs,
+        progress=False if args.no_progress else None,
+        python=not args.c_only, c=not args.python_only)
+    res = engine.run(opts)
+    if args.dry_run and not args.quiet:
+        for f in res.files:
+            if f.diff:
+                sys.stdout.write(f.diff if f.diff.endswith("\n") else f.diff + "\n")
+    print_report(res, quiet=args.quiet)
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as fh:
+            json.dump(res.to_json(), fh, indent=2)
+    for f in res.failed:
+        print(f"musa-converter: skipped {f.path}: {f.reason}", file=sys.stderr)
+    return 1 if res.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
