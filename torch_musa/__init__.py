@@ -6,7 +6,16 @@ registers the device: the runtime core (torch_musa._C), the ``musa`` name,
 """
 from __future__ import annotations
 
-import torch
+
+def _autoload() -> None:
+    """Entry point for PyTorch's ``torch.backends`` autoload.
+
+    Defined before ``import torch``: when this package is imported first, torch's
+    own autoload looks it up while this module is still initialising.
+    """
+
+
+import torch  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -33,10 +42,6 @@ try:  # profiler activity alias, as torch_musa spells it
     torch.profiler.ProfilerActivity.MUSA = torch.profiler.ProfilerActivity.PrivateUse1
 except (AttributeError, TypeError):
     pass
-
-
-def _autoload() -> None:
-    """Entry point for PyTorch's ``torch.backends`` autoload; importing did the work."""
 
 
 __all__ = ["__version__"]

@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed blocks per test (default: as many as --min-time allows, at least 5)")
     t.add_argument("--warmup-iterations", type=int, default=2, help="warm-up calls per test")
     t.add_argument("--min-time", type=float, default=0.05, help="seconds of timed calls per test and device")
+    t.add_argument("--rounds", type=int, default=3,
+                   help="timing rounds per test, alternating between the devices (default 3)")
     t.add_argument("--num-threads", type=int, default=None, help="torch.set_num_threads for the CPU")
     t.add_argument("--seed", type=int, default=0)
     o = p.add_argument_group("output")
@@ -172,7 +174,8 @@ def main(argv=None) -> int:
         [torch.device(d) for d in default_devices()]
     _warn_if_busy(devices)
     settings = runner.Settings(min_time=args.min_time, warmup=args.warmup_iterations,
-                               iterations=args.iterations, seed=args.seed)
+                               iterations=args.iterations, seed=args.seed,
+                               rounds=args.rounds)
     results = run_tests(tests, devices, settings, progress=not args.no_progress)
     dev_names = [str(d) for d in devices]
     if not args.quiet:

@@ -225,7 +225,7 @@ def load_json(path: str) -> dict:
 
 CSV_FIELDS = ["id", "suite", "op", "params", "dtype", "mode", "device", "status", "checked",
               "max_err", "median_s", "mean_s", "min_s", "p10_s", "p25_s", "p75_s", "p90_s",
-              "stdev_s", "blocks", "block_size", "calls", "rotations", "flops", "bytes",
+              "stdev_s", "blocks", "block_size", "calls", "rounds", "rotations", "flops", "bytes",
               "gflops", "gbps", "timer", "error"]
 
 

@@ -34,6 +34,7 @@ class Settings:
     max_rotations: int = 16
     rotate_budget: int = 256 << 20   # never hold more than this in rotated inputs
     min_block_time: float = 1e-3
+    rounds: int = 3                  # timing rounds, alternating between the devices
     seed: int = 0
 
     def as_dict(self):
@@ -305,8 +306,12 @@ def _formula(text, test, default=None):
 
 
 def run_test(test: Test, devices: list[torch.device], settings: Settings) -> list[dict]:
-    """Time one test on each device; check every device against the first. One row per device."""
-    rows = []
+    """Check every device against the first, then time the ones that passed. One row per device.
+
+    Timing is done in ``settings.rounds`` rounds that alternate between the devices, so a
+    change in machine load between the first device and the last shows in both.
+    """
+    rows, preps = [], []
     reference = truth = None
     for di, device in enumerate(devices):
         row = {"id": test.id, "suite": test.case.suite, "op": test.case.full_name,
@@ -314,14 +319,14 @@ def run_test(test: Test, devices: list[torch.device], settings: Settings) -> lis
                    {k: v for k, v in test.params.items() if k not in test.case.params}),
                "dtype": test.dtype, "mode": test.mode, "tags": test.tags, "device": str(device),
                "status": "ok", "checked": False, "error": None, "max_err": None}
+        rows.append(row)
+        preps.append(None)
         try:
             prep = prepare(test, device, settings)
         except Exception as e:  # noqa: BLE001 - every failure is a row, never a crash
             row.update(status="error", error=_short_error(e))
-            rows.append(row)
-            if di == 0:
-                reference = None
             continue
+        preps[-1] = prep
         if di == 0:
             reference = prep.outputs
         elif reference is not None and test.case.check:
@@ -332,29 +337,40 @@ def run_test(test: Test, devices: list[torch.device], settings: Settings) -> lis
                     truth = _ground_truth(test, settings)
                 ok, note = _arbitrate(reference, prep.outputs, truth, test, str(device))
                 if note.startswith("FIRST_WRONG: "):
-                    # the first device is the wrong one: it was timed, but it is not a success
+                    # the first device is the one that is off: it is not timed either
                     note = note[len("FIRST_WRONG: "):]
-                    first = rows[0]
-                    if first["status"] == "ok":
-                        first.update(status="wrong", checked=True,
-                                     error=f"disagrees with {device}; {note}")
+                    if rows[0]["status"] == "ok":
+                        rows[0].update(status="wrong", checked=True,
+                                       error=f"disagrees with {device}; {note}")
                     note = f"the first device is wrong: {note}"
                 row["check_note"] = note
                 if not ok:
                     row.update(status="wrong", error=f"{why}; {note}")
-                    rows.append(row)
-                    continue
-        try:
-            with torch.set_grad_enabled(test.mode == "fwd+bwd"):
-                m = timing.measure(prep.run, device, min_time=settings.min_time,
-                                   warmup=settings.warmup, warmup_time=settings.warmup_time,
-                                   iterations=settings.iterations,
-                                   min_block_time=settings.min_block_time)
-        except Exception as e:  # noqa: BLE001
-            row.update(status="error", error=_short_error(e))
-            rows.append(row)
+
+    timed = [(row, prep, device) for row, prep, device in zip(rows, preps, devices)
+             if row["status"] == "ok"]
+    rounds = 1 if settings.iterations is not None else max(1, settings.rounds)
+    parts: dict[int, list] = {id(r): [] for r, _, _ in timed}
+    for k in range(rounds):
+        for row, prep, device in timed:
+            if row["status"] != "ok":
+                continue
+            try:
+                with torch.set_grad_enabled(test.mode == "fwd+bwd"):
+                    m = timing.measure(prep.run, device, min_time=settings.min_time / rounds,
+                                       warmup=settings.warmup if k == 0 else 1,
+                                       warmup_time=settings.warmup_time if k == 0 else 0.0,
+                                       iterations=settings.iterations,
+                                       min_block_time=settings.min_block_time,
+                                       min_blocks=max(2, 5 // rounds + (5 % rounds > k)))
+                parts[id(row)].append(m)
+            except Exception as e:  # noqa: BLE001
+                row.update(status="error", error=_short_error(e))
+    for row, prep, device in timed:
+        if row["status"] != "ok":
             continue
-        stats = m.stats()
+        stats = timing.merge(parts[id(row)]).stats()
+        stats["rounds"] = len(parts[id(row)])
         row.update(stats)
         row["rotations"] = prep.rotations
         med = stats["median_s"]
@@ -370,7 +386,6 @@ def run_test(test: Test, devices: list[torch.device], settings: Settings) -> lis
         row["bytes"] = nbytes
         row["gflops"] = flops / med / 1e9 if flops and med > 0 else None
         row["gbps"] = nbytes / med / 1e9 if nbytes and med > 0 else None
-        rows.append(row)
     return rows
 
 

@@ -105,6 +105,17 @@ class Measurement:
         }
 
 
+def merge(parts: list[Measurement]) -> Measurement:
+    """One measurement from several rounds of the same thing (per-call times pooled)."""
+    if len(parts) == 1:
+        return parts[0]
+    return Measurement(times=[t for p in parts for t in p.times],
+                       block_size=max(p.block_size for p in parts),
+                       calls=sum(p.calls for p in parts), timer=parts[0].timer,
+                       timer_overhead=min(p.timer_overhead for p in parts),
+                       warmup_calls=sum(p.warmup_calls for p in parts))
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolated percentile of already sorted values."""
     if not sorted_values:

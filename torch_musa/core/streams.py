@@ -21,6 +21,15 @@ class Stream(torch.Stream):
         with torch.musa.device(idx):
             return super().__new__(cls, device=torch.device("musa", idx), priority=priority)
 
+    @property
+    def priority(self) -> int:
+        # Pool ids 1..32 are normal priority, 33..64 high (see runtime.cpp).
+        return -1 if 33 <= self.stream_id <= 64 else 0
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        return 0, -1
+
     def wait_event(self, event: "Event | torch.Event") -> None:
         event.wait(self)
 

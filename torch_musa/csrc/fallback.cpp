@@ -106,15 +106,15 @@ class Call {
   }
 
   [[noreturn]] void unsupported_dtype(const at::Tensor& t, size_t i) {
-    const bool dbl = t.scalar_type() == at::kDouble;
+    const bool dbl = t.scalar_type() == at::kDouble ||
+                     t.scalar_type() == at::kComplexDouble;
     TORCH_CHECK(false, op_.schema().operator_name(), ": dtype ",
                      t.scalar_type(), " (argument '", arg(i).name(),
                      "') is not supported by the musa hardware profile ",
                      config().profile, ".",
-                     dbl ? " Set TORCH_USE_MUSA_DOUBLE_CAST=1 to compute "
-                           "float64 in float32, or pick a profile with float64 "
-                           "(TORCH_MUSA_PROFILE)."
-                         : " Use a supported dtype or a profile that has it "
+                     dbl ? " Compute in float32, or pick a profile with float64 "
+                           "(TORCH_MUSA_PROFILE=s5000)."
+                         : " Use a supported dtype, or a profile that has it "
                            "(TORCH_MUSA_PROFILE).");
   }
 

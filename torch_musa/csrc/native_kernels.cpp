@@ -27,7 +27,7 @@ struct CurrentDevice {
     check_device(idx);
     if (idx != prev_) set_current_device(idx);
   }
-  ~CurrentDevice() { set_current_device(prev_); }
+  ~CurrentDevice() { restore_current_device(prev_); }
   c10::DeviceIndex prev_;
 };
 

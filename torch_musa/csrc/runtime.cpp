@@ -48,6 +48,8 @@ void set_current_device(c10::DeviceIndex index) {
   mark_initialized();
 }
 
+void restore_current_device(c10::DeviceIndex index) noexcept { t_device = index; }
+
 c10::Stream default_stream(c10::DeviceIndex index) {
   return c10::Stream(c10::Stream::UNSAFE,
                      c10::Device(c10::DeviceType::PrivateUse1, index), 0);

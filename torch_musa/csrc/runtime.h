@@ -30,6 +30,8 @@ void check_device(c10::DeviceIndex index);
 
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
+// Puts back an index that was current before; never throws (for destructors).
+void restore_current_device(c10::DeviceIndex index) noexcept;
 
 // Streams: id 0 is the default stream; pool ids follow; other ids are
 // external streams handed in by the user.
