@@ -1,0 +1,423 @@
+"""Run unmodified CUDA PyTorch scripts on musa.
+
+    import torch_musa.cuda_compat      # first thing in the script, or:
+    TORCH_MUSA_CUDA_COMPAT=1 python train.py   (with PyTorch's backend autoload)
+
+What it does (``enable()``; ``disable()`` undoes it):
+
+* ``torch.cuda.*`` answers from ``torch.musa`` (``is_available``,
+  ``device_count``, ``set_device``, memory, seeds, streams, events, ...).
+* ``"cuda"`` / ``"cuda:N"`` / ``torch.device("cuda")`` given as a device to
+  factories (``torch.randn(..., device="cuda")``), ``Tensor.to``,
+  ``Tensor.cuda()``, ``Module.to`` / ``Module.cuda()``, ``torch.load(map_location=...)``
+  (also checkpoints saved on CUDA, loaded without ``map_location``),
+  ``torch.Generator``, ``torch.set_default_device``, ``torch.autocast`` /
+  ``torch.cuda.amp.autocast`` and ``GradScaler`` go to musa.
+* ``init_process_group("nccl")`` (and ``"cpu:gloo,cuda:nccl"``) uses ``mccl``.
+* ``CUDA_VISIBLE_DEVICES`` (and the other CUDA variables of the mapping
+  table) is honoured when the MUSA name is unset.
+
+It cannot cover what ``limitations()`` lists (``tensor.device.type == "cuda"``
+is False, ``tensor.is_cuda`` is False, ...): that list lives in the mapping
+table shared with ``musa-converter``, whose report flags the same call sites.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import warnings
+
+import torch
+
+import torch_musa  # noqa: F401  (registers the musa device first)
+from torch_musa.utils.musa_converter.table import load_table, review_items
+
+__all__ = ["enable", "disable", "is_enabled", "maybe_enable_from_env", "limitations",
+           "apply_env_aliases", "ENV_VAR"]
+
+ENV_VAR = "TORCH_MUSA_CUDA_COMPAT"
+
+_lock = threading.Lock()
+_state: dict = {"enabled": False, "saved": [], "mode": None}
+
+
+# ---------------------------------------------------------------------------
+# Translation helpers
+# ---------------------------------------------------------------------------
+
+def _table():
+    return load_table()
+
+
+def _dev_type(t):
+    if isinstance(t, str):
+        return _table().devices.get(t, t)
+    return t
+
+
+def _dev(d):
+    """A device argument with ``cuda`` replaced by ``musa`` (index kept)."""
+    if isinstance(d, str):
+        head, sep, tail = d.partition(":")
+        new = _table().devices.get(head)
+        return new + sep + tail if new else d
+    if isinstance(d, torch.device) and d.type in _table().devices:
+        return torch.device(_table().devices[d.type], d.index)
+    return d
+
+
+def _backend(b):
+    if not isinstance(b, str):
+        return b
+    table = _table()
+    if ":" in b or "," in b:     # "cpu:gloo,cuda:nccl"
+        parts = []
+        for item in b.split(","):
+            dev, sep, name = item.partition(":")
+            if sep:
+                parts.append(f"{table.devices.get(dev.strip(), dev.strip())}:"
+                             f"{table.backends.get(name.strip(), name.strip())}")
+            else:
+                parts.append(table.backends.get(item.strip(), item.strip()))
+        return ",".join(parts)
+    return table.backends.get(b, b)
+
+
+def _translate_args(args, kwargs):
+    args = tuple(_dev(a) if isinstance(a, (str, torch.device)) else a for a in args)
+    if kwargs:
+        kwargs = {k: (_dev(v) if k in ("device", "map_location", "device_type") else v)
+                  for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def _current_musa():
+    return torch.device("musa", torch.musa.current_device())
+
+
+# ---------------------------------------------------------------------------
+# Device arguments everywhere: a TorchFunctionMode
+# ---------------------------------------------------------------------------
+
+_TO = {torch.Tensor.to}
+_CUDA = {torch.Tensor.cuda}
+
+
+class _CudaToMusa(torch.overrides.TorchFunctionMode):
+    """Rewrites ``device=`` keyword arguments and ``.to``/``.cuda`` targets."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _CUDA:
+            return _tensor_cuda(*args, **kwargs)
+        dev = kwargs.get("device")
+        if dev is not None and isinstance(dev, (str, torch.device)):
+            kwargs = dict(kwargs, device=_dev(dev))
+        if func in _TO and len(args) > 1:
+            args = (args[0],) + tuple(_dev(a) if isinstance(a, (str, torch.device)) else a
+                                      for a in args[1:])
+        return func(*args, **kwargs)
+
+
+def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+    if device is None:
+        device = _current_musa()
+    elif isinstance(device, int):
+        device = torch.device("musa", device)
+    else:
+        device = _dev(device)
+    return self.to(device, non_blocking=non_blocking, memory_format=memory_format)
+
+
+# ---------------------------------------------------------------------------
+# Patching
+# ---------------------------------------------------------------------------
+
+def _set(obj, name, value):
+    missing = object()
+    old = getattr(obj, name, missing)
+    _state["saved"].append((obj, name, old, missing))
+    setattr(obj, name, value)
+
+
+def _wrap_device_fn(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        args, kwargs = _translate_args(args, kwargs)
+        return fn(*args, **kwargs)
+    wrapper.__wrapped_cuda_compat__ = True
+    return wrapper
+
+
+_KEEP_CLASSES = {"Stream", "Event", "ExternalStream", "StreamContext", "OutOfMemoryError"}
+
+
+def _patch_torch_cuda():
+    musa = torch.musa
+    for name in dir(musa):
+        if name.startswith("_") or not hasattr(torch.cuda, name):
+            continue
+        value = getattr(musa, name)
+        if isinstance(value, type(os)):
+            continue
+        if name in _KEEP_CLASSES or not callable(value) or isinstance(value, type) and \
+                name.endswith("Tensor"):
+            _set(torch.cuda, name, value)
+        else:
+            _set(torch.cuda, name, _wrap_device_fn(value))
+    # A few names torch.musa spells differently or does not need.
+    _set(torch.cuda, "is_available", lambda: torch.musa.is_available())
+    _set(torch.cuda, "_lazy_init", lambda: torch.musa._lazy_init())
+    _set(torch.cuda, "is_initialized", lambda: torch.musa.is_initialized())
+
+
+class _Autocast(torch.amp.autocast_mode.autocast):
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        super().__init__(_dev_type(device_type), dtype=dtype, enabled=enabled,
+                         cache_enabled=cache_enabled)
+
+
+class _CudaAmpAutocast(torch.amp.autocast_mode.autocast):
+    def __init__(self, enabled=True, dtype=torch.float16, cache_enabled=True):
+        super().__init__("musa", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+
+class _GradScaler(torch.amp.grad_scaler.GradScaler):
+    def __init__(self, device="cuda", *args, **kwargs):
+        super().__init__(_dev_type(device), *args, **kwargs)
+
+
+class _CudaAmpGradScaler(torch.amp.grad_scaler.GradScaler):
+    def __init__(self, *args, **kwargs):
+        super().__init__("musa", *args, **kwargs)
+
+
+def _patch_amp():
+    _set(torch, "autocast", _Autocast)
+    _set(torch.amp, "autocast", _Autocast)
+    _set(torch.amp, "GradScaler", _GradScaler)
+    import torch.cuda.amp as cuda_amp
+    _set(cuda_amp, "autocast", _CudaAmpAutocast)
+    _set(cuda_amp, "GradScaler", _CudaAmpGradScaler)
+    _set(cuda_amp, "custom_fwd", functools.partial(torch.amp.custom_fwd, device_type="musa"))
+    _set(cuda_amp, "custom_bwd", functools.partial(torch.amp.custom_bwd, device_type="musa"))
+    for name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled",
+                 "set_autocast_dtype"):
+        fn = getattr(torch, name, None)
+        if fn is not None:
+            _set(torch, name, _wrap_device_fn(fn))
+    for name in ("custom_fwd", "custom_bwd", "is_autocast_available"):
+        fn = getattr(torch.amp, name, None)
+        if fn is not None:
+            _set(torch.amp, name, _wrap_device_fn(fn))
+
+
+class _GeneratorMeta(type):
+    _orig = torch.Generator
+
+    def __call__(cls, device="cpu"):
+        return cls._orig(_dev(device))
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls._orig)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, cls._orig)
+
+    def __getattr__(cls, name):
+        return getattr(cls._orig, name)
+
+
+class _Generator(metaclass=_GeneratorMeta):
+    """torch.Generator that maps a ``cuda`` device to musa."""
+
+
+def _map_location(ml):
+    from torch.serialization import default_restore_location
+
+    def restore_cuda(storage, location):
+        if isinstance(location, str) and location.split(":")[0] in _table().devices:
+            return default_restore_location(storage, _dev(location))
+        return None
+
+    if ml is None:
+        return restore_cuda
+    if isinstance(ml, (str, torch.device)):
+        return _dev(ml)
+    if isinstance(ml, dict):
+        mapped = {k: _dev(v) for k, v in ml.items()}
+
+        def restore_dict(storage, location):
+            return default_restore_location(storage, _dev(mapped.get(location, location)))
+        return restore_dict
+    if callable(ml):
+        def restore_user(storage, location):
+            out = ml(storage, location)
+            return out if out is not None else restore_cuda(storage, location)
+        return restore_user
+    return ml
+
+
+def _patch_factories():
+    _set(torch, "Generator", _Generator)
+    orig_load = torch.load
+
+    @functools.wraps(orig_load)
+    def load(f, map_location=None, *args, **kwargs):
+        return orig_load(f, _map_location(map_location), *args, **kwargs)
+    _set(torch, "load", load)
+    orig_default = torch.set_default_device
+
+    @functools.wraps(orig_default)
+    def set_default_device(device):
+        return orig_default(_dev(device))
+    _set(torch, "set_default_device", set_default_device)
+
+
+def _patch_distributed():
+    try:
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+    except ImportError:
+        return
+    if not dist.is_available():
+        return
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if args:
+                args = (_backend(args[0]),) + tuple(args[1:])
+            if "backend" in kwargs:
+                kwargs["backend"] = _backend(kwargs["backend"])
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for name in ("init_process_group",):
+        orig = getattr(c10d, name)
+        w = wrap(orig)
+        _set(c10d, name, w)
+        _set(dist, name, w)
+    orig_new_group = c10d.new_group
+
+    @functools.wraps(orig_new_group)
+    def new_group(*args, **kwargs):
+        if "backend" in kwargs:
+            kwargs["backend"] = _backend(kwargs["backend"])
+        return orig_new_group(*args, **kwargs)
+    _set(c10d, "new_group", new_group)
+    _set(dist, "new_group", new_group)
+
+
+def apply_env_aliases() -> list[str]:
+    """Copy CUDA environment variables to their MUSA names where those are unset.
+
+    Touches only ``os.environ``; safe to call before the runtime starts.
+    Returns the MUSA names it set.
+    """
+    out = []
+    for cuda_name, musa_name in load_table().env.items():
+        if cuda_name in os.environ and musa_name not in os.environ:
+            os.environ[musa_name] = os.environ[cuda_name]
+            out.append(musa_name)
+    return out
+
+
+def _check_visible_devices(set_names):
+    if "MUSA_VISIBLE_DEVICES" not in set_names:
+        return
+    try:
+        from torch_musa import _state as rt_state
+        from torch_musa.core import env
+        want = env.visible_devices(rt_state.profile.num_devices)
+        if list(want) != list(rt_state.physical_indices):
+            warnings.warn(
+                "torch_musa.cuda_compat: CUDA_VISIBLE_DEVICES was read after the musa runtime "
+                "started; it applies to child processes only. Set it with "
+                f"{ENV_VAR}=1 or as MUSA_VISIBLE_DEVICES before importing torch.", stacklevel=3)
+    except Exception:  # the runtime's internals may move; the warning is best effort
+        pass
+
+
+def enable() -> None:
+    """Turn the compatibility layer on (idempotent) for this process.
+
+    The device-argument translation is a TorchFunctionMode, which is per
+    thread: call ``enable()`` again inside threads that create tensors.
+    """
+    with _lock:
+        if _state["enabled"]:
+            if not _mode_active():
+                _push_mode()
+            return
+        set_names = apply_env_aliases()
+        _patch_torch_cuda()
+        _patch_amp()
+        _patch_factories()
+        _patch_distributed()
+        _push_mode()
+        _state["enabled"] = True
+    _check_visible_devices(set_names)
+
+
+def _push_mode():
+    mode = _CudaToMusa()
+    mode.__enter__()
+    _state["mode"] = mode
+    _tls.mode = mode
+
+
+_tls = threading.local()
+
+
+def _mode_active() -> bool:
+    return getattr(_tls, "mode", None) is not None
+
+
+def disable() -> None:
+    """Undo ``enable()`` (patched names restored, mode popped in this thread)."""
+    with _lock:
+        if not _state["enabled"]:
+            return
+        mode = getattr(_tls, "mode", None)
+        if mode is not None:
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:
+                pass
+            _tls.mode = None
+        for obj, name, old, missing in reversed(_state["saved"]):
+            if old is missing:
+                try:
+                    delattr(obj, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(obj, name, old)
+        _state["saved"].clear()
+        _state["enabled"] = False
+
+
+def is_enabled() -> bool:
+    return _state["enabled"]
+
+
+def maybe_enable_from_env() -> bool:
+    """Enable the layer when ``TORCH_MUSA_CUDA_COMPAT=1``; torch_musa calls this at import."""
+    if os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+        enable()
+        return True
+    return False
+
+
+def limitations() -> list[dict]:
+    """What this layer cannot cover (shared with musa-converter's report)."""
+    return [{"id": i.id, "title": i.title, "runtime": i.runtime, "converter": i.converter}
+            for i in review_items()]
+
+
+# ``import torch_musa.cuda_compat`` turns it on, except while torch_musa itself
+# is still importing (it then calls maybe_enable_from_env(), which decides).
+if not getattr(getattr(torch_musa, "__spec__", None), "_initializing", False):
+    enable()
