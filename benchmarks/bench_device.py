@@ -1,0 +1,127 @@
+"""musa (host driver) against the CPU device, side by side in one run.
+
+Small ops measure the dispatch overhead of the device (10,000-call loops on
+64x64 tensors); large ops and training steps measure whether the overhead
+disappears behind real work. Each figure is the median of several repeats,
+and the two devices alternate so that machine noise hits both alike.
+
+    python benchmarks/bench_device.py [--repeats 7] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import torch_musa  # noqa: F401
+from torch_musa.testing.models import SmallCNN, SmallTransformer
+
+TARGETS = {"small": 1.5, "large": 1.05, "train": 1.05}
+
+
+def small_op(name: str, device: str, calls: int):
+    a = torch.randn(64, 64, device=device)
+    b = torch.randn(64, 64, device=device)
+    fn = {
+        "add": lambda: torch.add(a, b),
+        "mul": lambda: torch.mul(a, b),
+        "relu": lambda: torch.relu(a),
+        "add_ (in-place)": lambda: a.add_(b),
+    }[name]
+
+    def run():
+        for _ in range(calls):
+            fn()
+    return run
+
+
+def large_op(name: str, device: str):
+    if name == "matmul 1024²":
+        a, b = torch.randn(1024, 1024, device=device), torch.randn(1024, 1024, device=device)
+        return lambda: torch.mm(a, b)
+    x = torch.randn(8, 64, 56, 56, device=device)
+    w = torch.randn(64, 64, 3, 3, device=device)
+    return lambda: torch.nn.functional.conv2d(x, w, padding=1)
+
+
+def train_step(name: str, device: str):
+    torch.manual_seed(0)
+    model = (SmallCNN() if name == "cnn step" else SmallTransformer()).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    if name == "cnn step":
+        x = torch.randn(32, 3, 32, 32, device=device)
+    else:
+        x = torch.randint(0, 100, (32, 16), device=device)
+    y = torch.randint(0, 10, (32,), device=device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+    return step
+
+
+def sync(device: str) -> None:
+    if device != "cpu":
+        torch.accelerator.synchronize()
+
+
+def measure(make, repeats: int, inner: int) -> dict[str, float]:
+    """Median seconds per call on each device, alternating musa and cpu."""
+    runs = {dev: make(dev) for dev in ("musa", "cpu")}
+    times = {dev: [] for dev in runs}
+    for dev, fn in runs.items():  # warm-up
+        fn(); sync(dev)
+    for _ in range(repeats):
+        for dev, fn in runs.items():
+            sync(dev)
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            sync(dev)
+            times[dev].append((time.perf_counter() - t0) / inner)
+    return {dev: statistics.median(v) for dev, v in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=10_000)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+
+    cases = []
+    for name in ("add", "mul", "relu", "add_ (in-place)"):
+        cases.append(("small", f"{name} 64x64 ×{args.calls}",
+                      lambda d, n=name: small_op(n, d, args.calls), 1))
+    for name in ("matmul 1024²", "conv 8x64x56² k3"):
+        cases.append(("large", name, lambda d, n=name: large_op(n, d), 3))
+    for name in ("cnn step", "transformer step"):
+        cases.append(("train", name, lambda d, n=name: train_step(n, d), 5))
+
+    print(f"torch {torch.__version__}, torch_musa {torch_musa.__version__}, "
+          f"{torch.musa.get_device_name()} on the {torch_musa._C._driver_name()} driver, "
+          f"1 thread, median of {args.repeats}")
+    print(f"{'kind':<6} {'case':<28} {'musa':>11} {'cpu':>11} {'ratio':>7} {'target':>7}")
+    results = []
+    for kind, name, make, inner in cases:
+        t = measure(make, args.repeats, inner)
+        ratio = t["musa"] / t["cpu"]
+        unit, scale = ("ms", 1e3)
+        ok = ratio <= TARGETS[kind]
+        print(f"{kind:<6} {name:<28} {t['musa'] * scale:9.3f}{unit} {t['cpu'] * scale:9.3f}{unit} "
+              f"{ratio:6.2f}x {'≤' + str(TARGETS[kind]):>7}{'' if ok else '  (over)'}")
+        results.append({"kind": kind, "case": name, "musa_s": t["musa"], "cpu_s": t["cpu"],
+                        "ratio": ratio, "target": TARGETS[kind]})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
