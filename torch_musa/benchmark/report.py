@@ -268,15 +268,22 @@ def plot_ratios(path: str, ratios: "dict[str, tuple[float, int]]", title: str, x
     vals = [v for _, (v, _) in items]
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.28 * len(items) + 1.2)))
     colors = ["tab:green" if v < 1 else "tab:red" for v in vals]
-    ax.barh(range(len(vals)), vals, color=colors, left=0)
+    ax.barh(range(len(vals)), [v - 1.0 for v in vals], color=colors, left=1.0)  # from the 1x line
     ax.set_xscale("log")
+    lo, hi = min(vals + [1.0]), max(vals + [1.0])
+    ticks = [2.0 ** k for k in range(math.floor(math.log2(lo)), math.ceil(math.log2(hi)) + 1)]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}x" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlim(ticks[0] / 1.1, ticks[-1] * 1.1)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(vals)))
     ax.set_yticklabels(names, fontsize=8)
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=10)
     for i, v in enumerate(vals):
-        ax.text(v, i, f" {v:.2f}x", va="center", fontsize=7)
+        ax.text(v, i, f" {v:.2f}x " if v >= 1 else f"{v:.2f}x ", va="center", fontsize=7,
+                ha="left" if v >= 1 else "right")
     fig.tight_layout()
     _mkdir(path)
     fig.savefig(path, dpi=120)
