@@ -27,3 +27,12 @@ def fast():
     from torch_musa.benchmark.runner import Settings
     return Settings(min_time=0.002, warmup=1, warmup_time=0.0, min_block_time=2e-4,
                     max_rotations=2)
+
+
+@pytest.fixture(autouse=True)
+def _keep_threads():
+    """The CLI's --num-threads changes a process-wide setting: put it back."""
+    import torch
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)

@@ -48,3 +48,10 @@ def test_error_row_does_not_crash(tmp_path, musa, capsys):
                "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and "ERROR" in out and "Problems:" in out
+
+
+def test_bad_device_and_dtype_are_clean_errors(capsys):
+    assert main(["--device", "musa,nosuchdevice", "--operators", "neg", "--no-progress"]) == 2
+    assert "--device" in capsys.readouterr().err
+    assert main(["--dtype", "float17", "--operators", "neg", "--no-progress"]) == 2
+    assert "unknown dtype 'float17'" in capsys.readouterr().err

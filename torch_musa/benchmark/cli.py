@@ -152,6 +152,11 @@ def main(argv=None) -> int:
     except config.SuiteError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    bad = [d for d in _split(args.dtype) if d not in config.DTYPES]
+    if bad:
+        print(f"error: unknown dtype {bad[0]!r} (known: {', '.join(sorted(config.DTYPES))})",
+              file=sys.stderr)
+        return 2
     tags = _split([args.tag_filter]) or None
     tests = config.expand(suites, tags=tags, operators=_split(args.operators) or None,
                           dtypes=_split(args.dtype) or None, forward_only=args.forward_only,
@@ -170,8 +175,14 @@ def main(argv=None) -> int:
     if not tests:
         print("no tests match the filters", file=sys.stderr)
         return 1
-    devices = [torch.device(d) for d in _split([args.device])] if args.device else \
-        [torch.device(d) for d in default_devices()]
+    try:
+        devices = [torch.device(d) for d in (_split([args.device]) or default_devices())]
+    except RuntimeError as e:
+        print(f"error: --device {args.device}: {e}", file=sys.stderr)
+        return 2
+    if len(set(devices)) != len(devices):
+        print(f"error: --device {args.device} names a device twice", file=sys.stderr)
+        return 2
     _warn_if_busy(devices)
     settings = runner.Settings(min_time=args.min_time, warmup=args.warmup_iterations,
                                iterations=args.iterations, seed=args.seed,

@@ -422,7 +422,11 @@ def parse_suite(text: str, path: str = "<string>") -> Suite:
         line = mark.line + 1 if mark else None
         msg = e.problem or str(e)
         if e.context:
-            msg = f"{msg} ({e.context})"
+            where = ""
+            if e.context_mark is not None and e.problem_mark is not None and \
+                    e.context_mark.line != e.problem_mark.line:
+                where = f" that starts at line {e.context_mark.line + 1}"
+            msg = f"{msg} ({e.context}{where})"
         raise SuiteError(path, line, f"YAML syntax error: {msg}") from None
     except yaml.YAMLError as e:
         raise SuiteError(path, None, f"YAML error: {e}") from None
