@@ -389,7 +389,8 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
                     item = imports.get(m.split(".")[0]) or attrs.get(norm(m))
                     if item:
                         add(node, item)
-            elif isinstance(node, (ast.If, ast.IfExp, ast.While)) and iftests:
+            elif isinstance(node, (ast.If, ast.IfExp)) and iftests and (
+                    isinstance(node, ast.IfExp) or node.orelse):
                 for sub in ast.walk(node.test):
                     if isinstance(sub, ast.Call):
                         n = _ast_dotted(sub.func)
