@@ -63,7 +63,8 @@ def _table(rows: list[tuple], headers: tuple) -> str:
     return "\n".join(out)
 
 
-def print_report(res: engine.RunResult, quiet: bool = False, out=sys.stdout, limit: int = 40) -> None:
+def print_report(res: engine.RunResult, quiet: bool = False, out=None, limit: int = 40) -> None:
+    out = out or sys.stdout
     data = res.to_json()
     s = data["summary"]
     if not quiet:
@@ -107,6 +108,14 @@ def print_report(res: engine.RunResult, quiet: bool = False, out=sys.stdout, lim
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:    # `musa-converter ... | head`
+        sys.stderr.close()
+        return 0
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.python_only and args.c_only:
         print("musa-converter: --python-only and --c-only exclude each other", file=sys.stderr)
