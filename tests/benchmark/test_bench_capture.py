@@ -76,3 +76,12 @@ def test_capture_cli_on_a_script_then_run_it_on_two_devices(tmp_path, musa, caps
                "--operators", "mm,_softmax", "--min-time", "0.002", "--no-progress"])
     text = capsys.readouterr().out
     assert rc == 0 and "step.mm" in text and "musa/cpu" in text
+
+
+def test_capture_keeps_ops_before_a_crash(tmp_path, capsys):
+    script = tmp_path / "crash.py"
+    script.write_text("import torch\nx = torch.ones(3, 4)\ny = x.exp()\nraise ValueError('boom')\n")
+    out = tmp_path / "crash.yaml"
+    assert main(["--capture", str(script), "--capture-output", str(out)]) == 1
+    assert "boom" in capsys.readouterr().err
+    assert "exp" in {c.name for c in load_suite(str(out)).cases}

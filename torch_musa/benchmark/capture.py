@@ -308,13 +308,18 @@ def capture_script(path: str, argv: list[str] | None = None, device_type: str | 
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [path] + list(argv or [])
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    rec.error = None
     try:
         with rec:
             try:
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as e:
                 if e.code not in (None, 0):
-                    raise
+                    rec.error = f"SystemExit({e.code})"
+            except Exception as e:  # noqa: BLE001 - keep what was recorded up to the failure
+                import traceback
+                traceback.print_exc()
+                rec.error = f"{type(e).__name__}: {e}"
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
     return rec

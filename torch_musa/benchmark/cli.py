@@ -131,6 +131,10 @@ def run_capture(args) -> int:
     capture.write_suite(rec, out, suite_name, source=args.capture)
     print(f"captured {rec.total_calls} op calls, {len(rec.cases)} distinct cases -> {out}")
     print(f"run them:  musa-bench --suite {out} --tag-filter all --device <devices>")
+    if getattr(rec, "error", None):
+        print(f"warning: {args.capture} failed ({rec.error}); the suite has the ops seen before that",
+              file=sys.stderr)
+        return 1
     return 0
 
 
