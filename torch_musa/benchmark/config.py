@@ -23,6 +23,9 @@ A suite file holds one suite::
           - {tags: [long], list: [{M: 1024, N: 4096}], dtypes: [float32]}
         params: {eps: 1.0e-6}      # constants shared by every config
 
+More keys: per case ``flops_bwd``/``bytes_bwd`` (added for forward+backward), ``rtol``/``atol``
+(may only loosen the dtype's tolerances); per input ``init`` (also arange, perm), ``low``/
+``high``, ``scale``, ``grad: false`` (no gradient), ``contiguous: false`` (column-major).
 Every error names the file and line it comes from.
 """
 from __future__ import annotations
