@@ -1,0 +1,53 @@
+"""Public helpers for testing operators on the musa device against a CPU reference.
+
+    from torch_musa import testing
+    testing.OpTest(func=torch.add, input_args={"input": a, "other": b}).check_result()
+
+See OpTest, the comparators, and the profile-aware dtype lists below.
+"""
+from .comparators import (
+    AbsDiffComparator,
+    BooleanComparator,
+    Comparator,
+    DefaultComparator,
+    QuantizedComparator,
+    RelDiffComparator,
+    assert_allclose,
+    assert_close,
+)
+from .compile import CompileCounter
+from .decorators import (
+    MULTIGPU_AVAILABLE,
+    MUSA_AVAILABLE,
+    gen_ip_port,
+    skip_if_musa_unavailable,
+    skip_if_not_multiple_musa_device,
+    test_on_nonzero_card_if_multiple_musa_device,
+)
+from .dtypes import (
+    LOW_PRECISION_TOLERANCE,
+    UnsupportedDtypeError,
+    dtype_supported,
+    get_all_support_types,
+    get_all_support_types_withfp,
+    get_all_support_types_withfp16,
+    get_all_types,
+    get_float_types,
+    get_musa_arch,
+    get_raw_data,
+    require_dtype,
+)
+from .op_test import InplaceOpCheck, InplaceOpChek, OpTest
+
+__all__ = [
+    "OpTest", "InplaceOpChek", "InplaceOpCheck",
+    "Comparator", "DefaultComparator", "BooleanComparator", "AbsDiffComparator",
+    "RelDiffComparator", "QuantizedComparator",
+    "assert_close", "assert_allclose",
+    "get_raw_data", "get_all_support_types", "get_all_support_types_withfp",
+    "get_all_support_types_withfp16", "get_all_types", "get_float_types", "get_musa_arch",
+    "dtype_supported", "require_dtype", "UnsupportedDtypeError", "LOW_PRECISION_TOLERANCE",
+    "test_on_nonzero_card_if_multiple_musa_device", "skip_if_not_multiple_musa_device",
+    "skip_if_musa_unavailable", "MULTIGPU_AVAILABLE", "MUSA_AVAILABLE", "gen_ip_port",
+    "CompileCounter",
+]

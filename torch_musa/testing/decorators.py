@@ -1,0 +1,65 @@
+"""Skips and device decorators for tests, and a free address for distributed tests."""
+from __future__ import annotations
+
+import functools
+import socket
+
+import torch
+
+__all__ = [
+    "MUSA_AVAILABLE",
+    "MULTIGPU_AVAILABLE",
+    "skip_if_musa_unavailable",
+    "skip_if_not_multiple_musa_device",
+    "test_on_nonzero_card_if_multiple_musa_device",
+    "gen_ip_port",
+]
+
+MUSA_AVAILABLE: bool = torch.musa.is_available()
+MULTIGPU_AVAILABLE: bool = MUSA_AVAILABLE and torch.musa.device_count() >= 2
+
+try:
+    import pytest
+
+    skip_if_musa_unavailable = pytest.mark.skipif(
+        not MUSA_AVAILABLE, reason="No MUSA device is detected")
+    skip_if_not_multiple_musa_device = pytest.mark.skipif(
+        not MULTIGPU_AVAILABLE, reason="Expect multiple MUSA devices")
+except ImportError:  # pragma: no cover - plain unittest
+    import unittest
+
+    skip_if_musa_unavailable = unittest.skipIf(not MUSA_AVAILABLE,
+                                               "No MUSA device is detected")
+    skip_if_not_multiple_musa_device = unittest.skipIf(not MULTIGPU_AVAILABLE,
+                                                       "Expect multiple MUSA devices")
+
+
+def test_on_nonzero_card_if_multiple_musa_device(musa_device: int):
+    """Run the decorated test with ``musa:<musa_device>`` as the current device when
+    that many devices exist, then once more on the current device (as torch_musa
+    does). With too few devices it runs only on the current device."""
+
+    def wrapper(test_func):
+        @functools.wraps(test_func)
+        def infunc(*args, **kwargs):
+            if MUSA_AVAILABLE and torch.musa.device_count() > musa_device:
+                with torch.musa.device(musa_device):
+                    test_func(*args, **kwargs)
+            return test_func(*args, **kwargs)
+
+        return infunc
+
+    return wrapper
+
+
+# pytest must not collect the decorator factory itself as a test
+test_on_nonzero_card_if_multiple_musa_device.__test__ = False
+
+
+def gen_ip_port() -> tuple[str, str]:
+    """A (host, port) pair, as strings, for a local rendezvous: the port is one the
+    OS reported free just now, so concurrent test processes do not collide."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return "127.0.0.1", str(port)
