@@ -29,6 +29,10 @@ def _op_name(func) -> str:
         return type(func).__name__
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
     if name:
+        for cls, shown in (("_VariableFunctionsClass.", "torch."), ("TensorBase.", "Tensor."),
+                           ("_TensorBase.", "Tensor.")):
+            if name.startswith(cls):
+                return shown + name[len(cls):]
         mod = getattr(func, "__module__", None) or ""
         if mod.startswith("torch") and not name.startswith("torch"):
             prefix = {"torch.nn.functional": "F.", "torch._C._nn": "F.",
@@ -71,6 +75,16 @@ def _cast_target(t: torch.Tensor, dtype, key, nocast) -> Any:
     return dtype
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: a copy with the same strides needs no gaps."""
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _copy_tensor(t: torch.Tensor, device, dtype=None, round_to=None) -> torch.Tensor:
     """A fresh leaf on ``device`` with the same sizes, strides and storage offset."""
     src = t.detach()
@@ -79,7 +93,7 @@ def _copy_tensor(t: torch.Tensor, device, dtype=None, round_to=None) -> torch.Te
     if round_to is not None and src.is_floating_point():
         src = src.to(round_to)
     target = dtype or src.dtype
-    if src.numel() == 0 or src.is_contiguous() or src.is_non_overlapping_and_dense():
+    if src.numel() == 0 or src.is_contiguous() or _dense(src):
         out = src.to(device=device, dtype=target, copy=True)
     else:  # a strided view: copy the span it covers and view it the same way
         span = src.storage_offset() + 1 + sum((s - 1) * abs(st) for s, st in
@@ -289,6 +303,9 @@ class OpTest:
                 raise ValueError(f"check with test_out=True for op {_op_name(func)} needs an "
                                  f"'out' entry in input_args")
             out_before = [(t.data_ptr(), tuple(t.shape)) for t in _tensors(out_arg)]
+            if "self" in kw and (inspect.ismethoddescriptor(func) or inspect.isbuiltin(func)):
+                kw = dict(kw)
+                pos = (kw.pop("self"),) + tuple(pos)  # Tensor methods take self positionally
             result = func(*pos, **kw)
             for name, (t, ptr, _) in watched.items():
                 if t.data_ptr() != ptr:
