@@ -1,0 +1,184 @@
+"""torch_musa.cuda_compat: unmodified CUDA scripts run on musa.
+
+Everything that enables the layer runs in a fresh interpreter: enabling
+patches torch process-wide, which must not leak into other tests."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(REPO, "examples", "cuda")
+
+
+def python(code, env=None, timeout=180):
+    full = {**os.environ, "PYTHONPATH": REPO, **(env or {})}
+    for k, v in list(full.items()):
+        if v is None:
+            del full[k]
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, env=full, timeout=timeout)
+    return r
+
+
+API = r'''
+import io, os, warnings
+import torch
+import torch_musa.cuda_compat as cc
+from torch_musa.utils.musa_converter import review_items
+
+assert cc.is_enabled()
+# torch.cuda answers from torch.musa
+assert torch.cuda.is_available() and torch.cuda.device_count() == torch.musa.device_count() == 2
+assert torch.cuda.get_device_name(0) == torch.musa.get_device_name(0)
+torch.cuda.set_device(1); assert torch.cuda.current_device() == 1 == torch.musa.current_device()
+torch.cuda.set_device("cuda:0"); assert torch.musa.current_device() == 0
+with torch.cuda.device(1):
+    assert torch.cuda.current_device() == 1
+with torch.cuda.device(torch.device("cuda:1")):
+    assert torch.musa.current_device() == 1
+torch.cuda.manual_seed_all(0); torch.cuda.synchronize(); torch.cuda.empty_cache()
+
+# device arguments
+dev = lambda t: str(t.device)
+assert dev(torch.randn(2, device="cuda")) == "musa:0"
+assert dev(torch.zeros(2, device="cuda:1")) == "musa:1"
+assert dev(torch.empty(2, device=torch.device("cuda", 1))) == "musa:1"
+assert dev(torch.tensor([1.0], device="cuda")) == "musa:0"
+x = torch.ones(3)
+assert dev(x.cuda()) == "musa:0" and dev(x.cuda(1)) == "musa:1" and dev(x.cuda("cuda:1")) == "musa:1"
+assert dev(x.cuda(non_blocking=True)) == "musa:0"
+assert dev(x.to("cuda")) == "musa:0" and dev(x.to(torch.device("cuda:1"))) == "musa:1"
+assert dev(x.to("cuda", torch.float64)) == "musa:0" and x.to("cuda", torch.float64).dtype == torch.float64
+assert dev(x.to(device="cuda:1", dtype=torch.float16)) == "musa:1"
+assert dev(torch.zeros_like(x, device="cuda")) == "musa:0"
+assert dev(x.new_zeros(2, device="cuda")) == "musa:0"
+m = torch.nn.Linear(2, 2).cuda(); assert dev(m.weight) == "musa:0"
+m = torch.nn.Linear(2, 2).to("cuda:1"); assert dev(m.weight) == "musa:1"
+m = torch.nn.Linear(2, 2).to(device=torch.device("cuda")); assert dev(m.weight) == "musa:0"
+assert torch.cuda.memory_allocated(0) > 0
+g = torch.Generator(device="cuda"); assert str(g.device) == "musa:0"
+assert isinstance(g, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
+assert torch.randn(2, device="cuda", generator=g.manual_seed(1)).device.type == "musa"
+torch.set_default_device("cuda"); assert dev(torch.ones(1)) == "musa:0"; torch.set_default_device("cpu")
+
+# autocast / GradScaler objects go to musa
+assert torch.autocast("cuda", enabled=False).device == "musa"
+assert torch.amp.autocast(device_type="cuda", enabled=False).device == "musa"
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    assert torch.cuda.amp.autocast(enabled=False).device == "musa"
+    assert torch.cuda.amp.GradScaler()._device == "musa"
+assert torch.amp.GradScaler("cuda")._device == "musa"
+scaler = torch.amp.GradScaler("cuda", init_scale=4.0)
+w = torch.nn.Parameter(torch.ones(2, device="cuda"))
+scaled = scaler.scale((w * 2).sum())
+assert scaled.device.type == "musa" and scaled.item() == 16.0
+# (scaler.step() is not exercised: GradScaler.unscale_ computes in float64, which the
+# default musa profile (MTT S4000) rejects -- a device-side limit, see the report.)
+
+# torch.load: map_location strings, and checkpoints saved on a CUDA machine
+buf = io.BytesIO(); torch.save({"w": torch.arange(3.0)}, buf)
+buf.seek(0); assert dev(torch.load(buf, map_location="cuda")["w"]) == "musa:0"
+buf.seek(0); assert dev(torch.load(buf, map_location=torch.device("cuda:1"))["w"]) == "musa:1"
+import torch.serialization as ser
+orig_tag = ser.location_tag
+ser.location_tag = lambda storage: "cuda:1"          # what a CUDA machine writes
+buf = io.BytesIO(); torch.save({"w": torch.arange(3.0)}, buf)
+ser.location_tag = orig_tag
+buf.seek(0); t = torch.load(buf)["w"]; assert dev(t) == "musa:1" and t.tolist() == [0.0, 1.0, 2.0]
+buf.seek(0); assert dev(torch.load(buf, map_location={"cuda:1": "cuda:0"})["w"]) == "musa:0"
+buf.seek(0); assert dev(torch.load(buf, map_location=lambda s, loc: None)["w"]) == "musa:1"
+buf.seek(0); assert dev(torch.load(buf, map_location="cpu")["w"]) == "cpu"
+
+# distributed backend names
+from torch_musa import cuda_compat as c2
+assert c2._backend("nccl") == "mccl" and c2._backend("cpu:gloo,cuda:nccl") == "cpu:gloo,musa:mccl"
+assert c2._backend("gloo") == "gloo"
+
+# CUDA_VISIBLE_DEVICES (set by the test) was copied for the runtime and child processes
+assert os.environ["MUSA_VISIBLE_DEVICES"] == "1"
+from torch_musa.core import env
+assert env.visible_devices(2) == [1]
+
+# the documented limitations are the converter's review list
+assert [x["id"] for x in cc.limitations()] == [i.id for i in review_items()]
+assert not torch.randn(1, device="cuda").is_cuda                      # documented
+assert torch.randn(1, device="cuda").device.type == "musa"            # documented
+
+# disable() restores stock behaviour; the env switch turns it back on
+cc.disable()
+assert not torch.cuda.is_available() and not cc.is_enabled()
+try:
+    torch.zeros(1, device="cuda")
+except (AssertionError, RuntimeError):
+    pass
+else:
+    raise SystemExit("cuda device accepted after disable()")
+os.environ.pop("TORCH_MUSA_CUDA_COMPAT", None)
+assert cc.maybe_enable_from_env() is False and not cc.is_enabled()
+os.environ["TORCH_MUSA_CUDA_COMPAT"] = "1"
+assert cc.maybe_enable_from_env() is True and torch.cuda.is_available()
+assert torch.zeros(1, device="cuda").device.type == "musa"
+print("API-OK")
+'''
+
+
+def test_api_translation():
+    r = python(API, env={"CUDA_VISIBLE_DEVICES": "1", "MUSA_VISIBLE_DEVICES": None,
+                         "TORCH_MUSA_CUDA_COMPAT": None})
+    assert r.returncode == 0 and "API-OK" in r.stdout, r.stderr[-3000:]
+    # CUDA_VISIBLE_DEVICES was read after the runtime started in this process: it says so.
+    assert "applies to child processes" in r.stderr
+
+
+def _cpu_losses(name):
+    # The unmodified script on the CPU (no compat layer in this process).
+    sys.path.insert(0, os.path.join(REPO, "tests", "utils"))
+    try:
+        from test_musa_converter_examples import losses, run_script
+    finally:
+        sys.path.pop(0)
+    out = run_script(os.path.join(EXAMPLES, name), ["--steps", "3"])
+    assert "device: cpu" in out
+    return losses(out)
+
+
+@pytest.mark.parametrize("name", ["train_cnn.py", "train_lm.py"])
+def test_unmodified_example_runs_on_musa(name, tmp_path):
+    extra = ["--save", str(tmp_path / "ckpt.pt")] if name == "train_cnn.py" else []
+    r = python(f'''
+        import runpy, sys
+        import torch_musa.cuda_compat
+        sys.argv = [{name!r}, "--steps", "3", *{extra!r}]
+        runpy.run_path({os.path.join(EXAMPLES, name)!r}, run_name="__main__")
+    ''')
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"on musa:0|memory allocated", r.stdout), r.stdout
+    if extra:
+        assert "checkpoint reloaded on musa:0" in r.stdout
+    got = [float(x) for x in re.findall(r"^step \d+ loss ([-0-9.eE+]+)", r.stdout, re.M)]
+    want = _cpu_losses(name)
+    assert len(got) == len(want) == 3
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+
+
+def _hook_wired():
+    with open(os.path.join(REPO, "torch_musa", "__init__.py")) as f:
+        return "maybe_enable_from_env" in f.read()
+
+
+@pytest.mark.skipif(not _hook_wired(), reason="torch_musa/__init__.py does not call "
+                    "cuda_compat.maybe_enable_from_env() yet (owned by the runtime session)")
+def test_env_switch_with_autoload():
+    code = ('import torch\nx = torch.ones(2, device="cuda")\n'
+            'print(torch.cuda.is_available(), x.device)\n')
+    r = python(code, env={"TORCH_MUSA_CUDA_COMPAT": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "musa:0"]
+    r = python("import torch, torch_musa\nprint(torch.cuda.is_available())\n",
+               env={"TORCH_MUSA_CUDA_COMPAT": None})
+    assert r.stdout.strip() == "False"
