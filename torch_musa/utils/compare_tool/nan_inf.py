@@ -1,0 +1,426 @@
+"""NanInfTracker: find the op that first produced NaN/Inf, without a host sync per op.
+
+Per op, the outputs' min and max are reduced on the device (``torch.aminmax``: a
+NaN anywhere makes both NaN, +-Inf shows in max/min) and the two 0-dim device
+tensors are kept in a small per-window list together with a few words of
+metadata (op, module path, source line, storage ids of inputs/outputs, weak refs
+to the float inputs). Every ``check_every`` ops and at each ``step()`` the whole
+window is read back with one transfer; only when something is non-finite is the
+window walked op by op:
+
+* ``origin``: all inputs came from finite tensors; the op made the NaN/Inf
+  (inputs still alive and unmodified are re-checked to confirm it);
+* ``entered``: a tensor from outside the tracked ops (data, a parameter) was
+  already non-finite; it is named;
+* ``downstream``: an input was produced by a flagged op; it only carried it
+  (a NaN made from Inf inputs, e.g. inf - inf, counts as a new origin);
+* ``explicit``: Inf written on purpose from a non-finite scalar argument
+  (``masked_fill(mask, -inf)``); reported only if it later turns into NaN.
+
+``check_every=1`` (or ``dump_error_data=True``) checks synchronously after every
+op, like torch_musa's tracker; with ``dump_error_data`` the producing op's inputs
+are saved for ``nan_inf_track_for_single_op`` and the run stops.
+"""
+from __future__ import annotations
+
+import math
+import os
+import weakref
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from . import module_tracker as _mt
+from ._common import (OpName, OpSet, _WindowedMode, describe, flatten_tensors, fmt_err,
+                      format_frame, format_table, source_text, tree_map, user_frame)
+from .compare import _device_of, _mutated_args, _replay_device, load_dump, resolve_op, to_cpu_tree
+
+# outputs that need no check: uninitialised memory, pure views/metadata (the viewed
+# tensor was checked when it was produced), bool results of NaN tests
+NAN_SKIP = [
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
+    "aten.new_empty_strided", "aten.empty_permuted", "aten.set_", "aten.resize_",
+    "aten.resize_as_", "aten.as_strided", "aten.as_strided_", "aten.view", "aten._unsafe_view",
+    "aten.t", "aten.transpose", "aten.permute", "aten.expand", "aten.slice", "aten.select",
+    "aten.unsqueeze", "aten.squeeze", "aten.alias", "aten.detach", "aten.unbind", "aten.split",
+    "aten.split_with_sizes", "aten.diagonal", "aten._reshape_alias", "aten.view_as_real",
+    "aten.view_as_complex", "aten.unfold", "aten.narrow", "aten.lift_fresh", "aten.real",
+    "aten.imag", "aten._conj", "aten._neg_view", "aten._local_scalar_dense", "aten.isnan",
+    "aten.isinf", "aten.isfinite", "aten.record_stream", "aten.is_same_size",
+    "aten._has_compatible_shallow_copy_type", "aten.sym_size", "aten.sym_stride",
+    "aten.sym_numel", "aten.sym_storage_offset", "profiler._record_function_enter_new",
+    "profiler._record_function_exit", "aten._record_function_enter_new", "c10d.barrier",
+]
+
+
+def _skey(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage()._cdata
+    except Exception:  # noqa: BLE001 - sparse / opaque tensors
+        return id(t)
+
+
+def _checkable(t) -> bool:
+    return (isinstance(t, torch.Tensor) and (t.dtype.is_floating_point or t.dtype.is_complex)
+            and t.layout == torch.strided and t.device.type != "meta" and t.numel() > 0)
+
+
+def _nonfinite_scalar(args, kwargs) -> bool:
+    for v in args:
+        if type(v) is float and (v != v or v in (math.inf, -math.inf)):
+            return True
+    for v in kwargs.values():
+        if type(v) is float and (v != v or v in (math.inf, -math.inf)):
+            return True
+    return False
+
+
+class _OpInfo:
+    __slots__ = ("name", "skip", "no_returns", "has_mutable")
+
+    def __init__(self, name: OpName, skip: bool):
+        self.name = name
+        self.skip = skip
+        self.no_returns = not name.schema.returns
+        self.has_mutable = any(a.alias_info is not None and a.alias_info.is_write
+                               for a in name.schema.arguments)
+
+
+class _Rec:
+    """One op of the current window (no tensors kept, only weak refs)."""
+    __slots__ = ("seq", "info", "module", "bw", "node", "frame", "f0", "nf", "in_keys", "in_refs",
+                 "out_keys", "explicit", "step", "pre")
+
+    def __init__(self, seq, info, module, bw, node, frame, f0, nf, in_keys, in_refs, out_keys,
+                 explicit, step):
+        self.seq, self.info, self.module, self.bw, self.node = seq, info, module, bw, node
+        self.frame, self.f0, self.nf = frame, f0, nf
+        self.in_keys, self.in_refs, self.out_keys = in_keys, in_refs, out_keys
+        self.explicit, self.step = explicit, step
+        self.pre = None
+
+
+class NanInfTrackError(RuntimeError):
+    """Raised (after dumping) when ``dump_error_data`` meets an op producing NaN/Inf."""
+
+
+class NanInfTracker(_WindowedMode):
+    """Track the first op producing NaN/Inf (see the module docstring).
+
+    Same shape as torch_musa's tracker: context manager with ``.step()``, active
+    for ``start_step <= step < end_step`` on ``enable_ranks`` (rank from ``RANK``),
+    report in ``nan_inf_report_rank{R}.txt`` with ``should_log_to_file`` and
+    ``nan_inf_report_rank{R}.jsonl`` under ``output_dir``.
+    """
+
+    LOG_STEM = "nan_inf_report"
+
+    def __init__(self, enabled=True, target_list=None, white_list=None, enable_ranks=None,
+                 should_log_to_file=False, output_dir=None, dump_error_data=False, start_step=0,
+                 end_step=None, *, check_every=1024, verbose=True, raise_on_error=None,
+                 source_lines=True, max_printed=10) -> None:
+        super().__init__(enabled, target_list, white_list, enable_ranks, should_log_to_file,
+                         output_dir, start_step, end_step, verbose)
+        self.white_list = OpSet(list(NAN_SKIP) + list(white_list or []))
+        self.dump_error_data = dump_error_data
+        self.check_every = 1 if dump_error_data else max(1, int(check_every))
+        self.raise_on_error = dump_error_data if raise_on_error is None else raise_on_error
+        self.source_lines = source_lines
+        self.max_printed = max_printed
+        self._info: dict = {}
+        self._flags: list[torch.Tensor] = []
+        self._recs: list[_Rec] = []
+        self._bad: dict[int, str] = {}          # storage id -> "nan" | "inf" | "explicit"
+        self._seq = 0
+        self.counts = {"ops": 0, "checked": 0, "checks": 0, "origin": 0, "entered": 0,
+                       "downstream": 0, "explicit": 0}
+        self.events: list[dict] = []             # reported origins (bounded by max_events)
+        self.max_events = 100
+        self._printed = 0
+        self._depth = 0
+        self.dumped: list[str] = []
+
+    # ------------------------------------------------------------------ context
+    def __enter__(self):
+        self._depth += 1
+        self._open_files()
+        super().__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        r = super().__exit__(exc_type, exc_val, exc_tb)
+        self._depth -= 1
+        if self._depth == 0 and self.enabled and self.rank_enabled:
+            if exc_type is None or exc_type is not NanInfTrackError:
+                self.flush()
+            text = self.summary()
+            self._emit_text(text)
+            if self._text_file is not None:
+                print(text, flush=True)
+            self._close_files()
+        return r
+
+    def _on_step_end(self):
+        self.flush()
+
+    # ------------------------------------------------------------------ dispatch
+    def _make_info(self, func) -> _OpInfo:
+        name = OpName(func)
+        skip = self.white_list.matches(name) or (bool(self.target_list)
+                                                and not self.target_list.matches(name))
+        info = self._info[func] = _OpInfo(name, skip)
+        return info
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        if not self.is_active:
+            return func(*args, **kwargs)
+        info = self._info.get(func)
+        if info is None:
+            info = self._make_info(func)
+        if info.skip:
+            return func(*args, **kwargs)
+        pre = None
+        if self.dump_error_data and info.has_mutable:     # keep what the op will overwrite
+            pre = [tree_map(lambda t: t.detach().clone(), v)
+                   for v in _mutated_args(info.name.schema, args, kwargs)]
+        out = func(*args, **kwargs)
+        self.counts["ops"] += 1
+        if info.no_returns:
+            targets = flatten_tensors(_mutated_args(info.name.schema, args, kwargs))
+        elif type(out) is torch.Tensor:
+            targets = (out,)
+        else:
+            targets = flatten_tensors(out)
+        targets = [t for t in targets if _checkable(t)]
+        if not targets:
+            return out
+        flags = self._flags
+        f0 = len(flags)
+        if len(targets) > 4:
+            try:
+                flags.extend(torch._foreach_norm([t if not t.is_complex() else torch.view_as_real(t)
+                                                  for t in targets], math.inf))
+            except Exception:  # noqa: BLE001 - fall back to one reduction per tensor
+                for t in targets:
+                    flags.extend(torch.aminmax(torch.view_as_real(t) if t.is_complex() else t))
+        else:
+            for t in targets:
+                flags.extend(torch.aminmax(torch.view_as_real(t) if t.is_complex() else t))
+        ins = flatten_tensors(args)
+        if kwargs:
+            ins += flatten_tensors(kwargs)
+        in_keys = []
+        in_refs = []
+        for i, t in enumerate(ins):
+            if t.dtype.is_floating_point or t.dtype.is_complex:
+                in_keys.append(_skey(t))
+                in_refs.append((weakref.ref(t), t._version, i))
+        bw = torch._C._current_graph_task_id() != -1
+        module = _mt.STATE.current(bw)
+        if bw:
+            node = torch._C._current_autograd_node()
+            node = node.name() if node is not None else ""
+            frame = None
+        else:
+            node = ""
+            frame = user_frame(2) if self.source_lines else None
+        self._seq += 1
+        rec = _Rec(self._seq, info, module, bw, node, frame, f0, len(flags) - f0, in_keys, in_refs,
+                   [_skey(t) for t in targets], _nonfinite_scalar(args, kwargs), self.step_cnt)
+        if self.dump_error_data:
+            rec.pre = (pre or [], args, kwargs, out)
+        self._recs.append(rec)
+        self.counts["checked"] += 1
+        if len(self._recs) >= self.check_every:
+            self.flush()
+        return out
+
+    # ------------------------------------------------------------------ checking
+    def flush(self) -> bool:
+        """Read the window's device flags (one transfer); locate offenders. True if clean."""
+        recs, flags = self._recs, self._flags
+        if not recs:
+            return True
+        self._recs, self._flags = [], []
+        self.counts["checks"] += 1
+        with _disable_current_modes():
+            return self._check(recs, flags)
+
+    def _check(self, recs, flags) -> bool:
+        groups: dict = {}
+        for i, f in enumerate(flags):
+            groups.setdefault(f.dtype, []).append(i)
+        order, parts = [], []
+        for idxs in groups.values():
+            st = torch.stack([flags[i] for i in idxs])
+            parts.append(torch.isfinite(st))
+            parts.append(torch.isnan(st))
+            order.append(idxs)
+        res = torch.cat(parts).cpu()
+        n = len(flags)
+        finite = [True] * n
+        nan = [False] * n
+        off = 0
+        for idxs in order:
+            k = len(idxs)
+            fin_g = res[off:off + k].tolist()
+            nan_g = res[off + k:off + 2 * k].tolist()
+            off += 2 * k
+            for j, i in enumerate(idxs):
+                finite[i] = fin_g[j]
+                nan[i] = nan_g[j]
+        if all(finite):
+            return True
+        self._locate(recs, flags, finite, nan)
+        return False
+
+    def _locate(self, recs, flags, finite, nan):
+        logged_downstream = 0
+        for rec in recs:
+            sl = range(rec.f0, rec.f0 + rec.nf)
+            if all(finite[i] for i in sl):
+                continue
+            has_nan = any(nan[i] for i in sl)
+            in_bad = [self._bad[k] for k in rec.in_keys if k in self._bad]
+            bad_inputs: list[str] = []
+            verified = None
+            if in_bad:
+                kind = "origin" if has_nan and "nan" not in in_bad else "downstream"
+                if kind == "origin":
+                    verified = "inputs carried Inf only; this op made NaN from them"
+            elif rec.explicit and not has_nan:
+                kind = "explicit"
+            else:
+                kind = "origin"
+                checked = 0
+                for ref, ver, pos in rec.in_refs:
+                    t = ref()
+                    if t is None or t._version != ver:
+                        continue
+                    checked += 1
+                    if not bool(torch.isfinite(t).all()):
+                        pname = _mt.STATE.param_name(t)
+                        bad_inputs.append(f"parameter {pname}" if pname else f"input {pos} {describe(t)}")
+                if bad_inputs:
+                    kind = "entered"
+                elif checked == len(rec.in_refs):
+                    verified = "all inputs finite (re-checked)"
+                else:
+                    verified = (f"inputs finite as far as tracked ({checked} of {len(rec.in_refs)} "
+                                "re-checked; the rest were freed or overwritten)")
+            self.counts[kind] += 1
+            mark = "nan" if has_nan else ("explicit" if kind == "explicit" or
+                                          (kind == "downstream" and set(in_bad) == {"explicit"})
+                                          else "inf")
+            for k in rec.out_keys:
+                self._bad[k] = mark
+            if len(self._bad) > 200_000:
+                for k in list(self._bad)[:100_000]:
+                    del self._bad[k]
+            if kind == "downstream" or kind == "explicit":
+                if logged_downstream < 50:
+                    logged_downstream += 1
+                    self._emit_json(self._record(rec, kind, flags, finite, nan, None, []))
+                continue
+            ev = self._record(rec, kind, flags, finite, nan, verified, bad_inputs)
+            self._emit_json(ev)
+            if len(self.events) < self.max_events:
+                self.events.append(ev)
+            self._print_event(ev)
+            if self.dump_error_data:
+                path = self._dump(rec, ev)
+                if path and self.raise_on_error:
+                    raise NanInfTrackError(f"NanInfTracker: {ev['op']} in {ev['module'] or '<top>'} "
+                                           f"({ev['phase']}) produced {ev['what']}; inputs saved to {path}")
+
+    def _record(self, rec, kind, flags, finite, nan, verified, bad_inputs):
+        outs = []
+        for j, i in enumerate(range(rec.f0, rec.f0 + rec.nf)):
+            if not finite[i]:
+                outs.append(i - rec.f0)
+        what = "NaN" if any(nan[i] for i in range(rec.f0, rec.f0 + rec.nf)) else "Inf"
+        src = (format_frame(rec.frame) if rec.frame else
+               _mt.STATE.call_site.get(rec.module, "") if rec.bw else "")
+        return {"step": rec.step, "seq": rec.seq, "op": rec.info.name.full, "kind": kind,
+                "what": what, "module": rec.module, "phase": "backward" if rec.bw else "forward",
+                "grad_fn": rec.node, "src": src, "code": source_text(rec.frame) if rec.frame else "",
+                "flags": outs, "verified": verified, "bad_inputs": bad_inputs}
+
+    def _print_event(self, ev):
+        if self._printed >= self.max_printed:
+            return
+        self._printed += 1
+        head = {"origin": f"{ev['what']} first produced by", "entered": f"{ev['what']} entered through"}[ev["kind"]]
+        lines = [f"[NanInfTracker] step {ev['step']}: {head} {ev['op']} (op #{ev['seq']})",
+                 f"    module : {ev['module'] or '<top>'} ({ev['phase']})"
+                 + (f"  grad_fn={ev['grad_fn']}" if ev["grad_fn"] else "")]
+        if ev["src"]:
+            lines.append(f"    source : {ev['src']}" + (f": {ev['code']}" if ev["code"] else ""))
+        if ev["verified"]:
+            lines.append(f"    inputs : {ev['verified']}")
+        for b in ev["bad_inputs"][:4]:
+            lines.append(f"    non-finite already in {b}")
+        self._emit_text("\n".join(lines))
+
+    def _dump(self, rec, ev):
+        if rec.pre is None:
+            return None
+        name = rec.info.name
+        if name.legacy in self.dumped:
+            return None
+        pre, args, kwargs, out = rec.pre
+        # put back the pre-op values of tensors the op overwrote
+        mut = _mutated_args(name.schema, args, kwargs)
+        swap = {}
+        for before, after in zip(pre, mut):
+            for b, a in zip(flatten_tensors(before), flatten_tensors(after)):
+                swap[id(a)] = b
+        sub = lambda t: swap.get(id(t), t)  # noqa: E731
+        from .compare import save_data_for_op
+        path = save_data_for_op(out, to_cpu_tree(tree_map(sub, args)), to_cpu_tree(tree_map(sub, kwargs)),
+                                self.output_dir or os.getcwd(), name.legacy, self.file_suffix,
+                                op=name.full, device=str(_device_of(args, kwargs)), info=ev)
+        self.dumped.append(name.legacy)
+        ev["dump"] = path
+        self._emit_text(f"    dumped : {path}")
+        return path
+
+    # ------------------------------------------------------------------ summary
+    def summary(self) -> str:
+        c = self.counts
+        head = (f"[NanInfTracker] rank {self.global_rank}: {c['checked']} op outputs checked in "
+                f"{c['checks']} device reads; {c['origin']} origin(s), {c['entered']} entered from "
+                f"outside, {c['downstream']} downstream, {c['explicit']} explicit Inf fills")
+        if not self.events:
+            return head + "\nno NaN/Inf produced" if not (c["downstream"] or c["explicit"]) else head
+        rows = [[e["step"], e["kind"], e["what"], e["op"], f"{e['module'] or '<top>'} ({e['phase']})",
+                 e["src"]] for e in self.events[:20]]
+        return head + "\n" + format_table(["step", "kind", "what", "op", "module", "source"], rows)
+
+
+def nan_inf_track_for_single_op(inputs_data_save_path, op_func=None, *, device=None, verbose=True):
+    """Replay a dumped op; returns ``(has_nan_or_inf, args, kwargs, out)`` like torch_musa's tool."""
+    data = load_dump(inputs_data_save_path)
+    func = resolve_op(op_func, data)
+    dev = _replay_device(data, device)
+    args = tree_map(lambda t: t.to(dev), data["args"])
+    kwargs = tree_map(lambda t: t.to(dev), data["kwargs"])
+    in_bad = [t for t in flatten_tensors((args, kwargs)) if _checkable(t) and not bool(torch.isfinite(t).all())]
+    out = func(*args, **kwargs)
+    outs = flatten_tensors(out)
+    name = OpName(func) if hasattr(func, "_schema") else None
+    if name is not None and not name.schema.returns:
+        outs = flatten_tensors(_mutated_args(name.schema, args, kwargs))
+    bad = [t for t in outs if _checkable(t) and not bool(torch.isfinite(t).all())]
+    if verbose:
+        label = name.full if name else getattr(func, "__name__", str(func))
+        if bad:
+            t = bad[0]
+            print(f"[nan_inf_track_for_single_op] {label} on {dev}: output has "
+                  f"{int(torch.isnan(t).sum())} NaN, {int(torch.isinf(t).sum())} Inf; inputs "
+                  + ("already non-finite" if in_bad else "all finite (this op produced them)"))
+        else:
+            print(f"[nan_inf_track_for_single_op] {label} on {dev}: outputs finite")
+    return bool(bad), args, kwargs, out
