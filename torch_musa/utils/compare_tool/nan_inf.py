@@ -216,7 +216,9 @@ class NanInfTracker(_WindowedMode):
         for i, t in enumerate(ins):
             if t.dtype.is_floating_point or t.dtype.is_complex:
                 in_keys.append(_skey(t))
-                in_refs.append((weakref.ref(t), t._version, i))
+                base = t._base
+                in_refs.append((weakref.ref(t), t._version, i,
+                                None if base is None else weakref.ref(base)))
         bw = torch._C._current_graph_task_id() != -1
         module = _mt.STATE.current(bw)
         if bw:
@@ -272,6 +274,10 @@ class NanInfTracker(_WindowedMode):
                 finite[i] = fin_g[j]
                 nan[i] = nan_g[j]
         if all(finite):
+            if self._bad:       # storages rewritten by finite ops are clean again (or reused)
+                for rec in recs:
+                    for k in rec.out_keys:
+                        self._bad.pop(k, None)
             return True
         self._locate(recs, flags, finite, nan)
         return False
@@ -281,6 +287,9 @@ class NanInfTracker(_WindowedMode):
         for rec in recs:
             sl = range(rec.f0, rec.f0 + rec.nf)
             if all(finite[i] for i in sl):
+                if self._bad:
+                    for k in rec.out_keys:
+                        self._bad.pop(k, None)
                 continue
             has_nan = any(nan[i] for i in sl)
             in_bad = [self._bad[k] for k in rec.in_keys if k in self._bad]
@@ -295,8 +304,10 @@ class NanInfTracker(_WindowedMode):
             else:
                 kind = "origin"
                 checked = 0
-                for ref, ver, pos in rec.in_refs:
+                for ref, ver, pos, bref in rec.in_refs:
                     t = ref()
+                    if t is None and bref is not None:      # a freed view: check what it viewed
+                        t = bref()
                     if t is None or t._version != ver:
                         continue
                     checked += 1
