@@ -142,8 +142,11 @@ def test_conv2d_module_class(dtype):
 def test_module_instance_channels_last():
     m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
     x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
-    OpTest(func=m, comparators=DefaultComparator(abs_diff=1e-5, rel_diff=1e-5)).check_result(
-        {"input": x}, train=True)
+    t = OpTest(func=m, input_args={"input": x},
+               comparators=DefaultComparator(abs_diff=1e-5, rel_diff=1e-5))
+    t.check_result(train=True)
+    t.check_grad_fn()   # module weights' gradients too
+    t.check_out_ops()   # skipped: modules have no out= variant
 
 
 # ------------------------------------------------------------------ containers
@@ -199,3 +202,10 @@ def test_abs_diff_comparator_on_op():
 def test_runs_on_card_one_too():
     OpTest(func=torch.add, input_args={"input": torch.randn(3), "other": torch.randn(3)}
            ).check_result()
+
+
+def test_python_number_outputs():
+    def stats(input):
+        return input.sum().item(), int(input.argmax()), input.shape
+
+    OpTest(func=stats, input_args={"input": torch.randn(7)}).check_result()

@@ -392,6 +392,13 @@ class OpTest:
 
     def _compare_one(self, m, c, *, op, dtype, name, widen_for=None, ref_dtype=None,
                      result_label="musa", golden_label="cpu"):
+        numbers = (int, float, complex)
+        if isinstance(m, numbers) and isinstance(c, numbers) and not isinstance(m, bool) \
+                and not isinstance(c, bool):
+            m, c = torch.tensor(m), torch.tensor(c)   # Python numbers (e.g. from .item())
+            if m.dtype != c.dtype:
+                c = c.to(m.dtype) if m.is_floating_point() or m.is_complex() else c
+                m = m.to(c.dtype)
         if not isinstance(m, torch.Tensor) or not isinstance(c, torch.Tensor):
             if isinstance(m, torch.Tensor) or isinstance(c, torch.Tensor) or m != c:
                 raise AssertionError(
@@ -566,22 +573,28 @@ class OpTest:
         gradients of floating-point inputs match the CPU's. Float16/bfloat16 are
         compared with a float32 CPU reference at the half-precision tolerance."""
         func = self._func
-        if _is_inplace_func(func) or "out" in self._input_args_for_out_check:
+        if _is_inplace_func(func) or "out" in self._input_args_for_out_check \
+                or inspect.isclass(func):
             return
         dtype = torch.bfloat16 if bf16 else torch.float16 if fp16 else self._test_dtype
         require_dtype(dtype, f"OpTest for op {self.op_name}")
         op = self.op_name
         low = dtype if dtype in LOW_PRECISION else None
+        if isinstance(func, torch.nn.Module):
+            m_func = self._build_func(func, "musa", dtype, None, {}, [])
+            c_func = self._build_func(func, "cpu", torch.float32 if low else dtype, low, {}, [])
+        else:
+            m_func = c_func = func
         m_args, m_leaves = self._musa_args(dtype, requires_grad=True)
         c_args, c_leaves = self._musa_args(torch.float32 if low else dtype, requires_grad=True,
                                            device="cpu", round_to=low)
         try:
-            m_out = func(**m_args)
+            m_out = m_func(**m_args)
         except RuntimeError as err:
             if _is_profile_error(err):
                 raise UnsupportedDtypeError(f"OpTest for op {op}: {err}") from err
             raise
-        c_out = func(**c_args)
+        c_out = c_func(**c_args)
         m_flat, c_flat = _tensors(m_out), _tensors(c_out)
         for i, (m, c) in enumerate(zip(m_flat, c_flat)):
             mg, cg = type(m.grad_fn).__name__, type(c.grad_fn).__name__
@@ -592,10 +605,14 @@ class OpTest:
             diff = [t for t in flat if t.requires_grad]
             if diff:
                 sum(t.float().sum() for t in diff).backward()
-        for (name, m), (_, c) in zip(m_leaves, c_leaves):
-            mg, cg = _grad_or_zeros(m), _grad_or_zeros(c)
-            self._compare_one(mg, cg, op=op, dtype=dtype or m.dtype, name=f"grad of {name}",
-                              widen_for=low, ref_dtype=torch.float32)
+        pairs = [(f"grad of {name}", m, c) for (name, m), (_, c) in zip(m_leaves, c_leaves)]
+        if isinstance(func, torch.nn.Module):
+            pairs += [(f"grad of parameter {name!r}", m, c) for (name, m), (_, c) in
+                      zip(m_func.named_parameters(), c_func.named_parameters())]
+        for name, m, c in pairs:
+            self._compare_one(_grad_or_zeros(m), _grad_or_zeros(c), op=op,
+                              dtype=dtype or m.dtype, name=name, widen_for=low,
+                              ref_dtype=torch.float32)
 
 
 def _grad_or_zeros(t: torch.Tensor) -> torch.Tensor:
