@@ -25,8 +25,10 @@ from .decorators import (
     test_on_nonzero_card_if_multiple_musa_device,
 )
 from .dtypes import (
+    DOUBLE_CAST_TOLERANCE,
     LOW_PRECISION_TOLERANCE,
     UnsupportedDtypeError,
+    double_cast_active,
     dtype_supported,
     get_all_support_types,
     get_all_support_types_withfp,
@@ -47,6 +49,7 @@ __all__ = [
     "get_raw_data", "get_all_support_types", "get_all_support_types_withfp",
     "get_all_support_types_withfp16", "get_all_types", "get_float_types", "get_musa_arch",
     "dtype_supported", "require_dtype", "UnsupportedDtypeError", "LOW_PRECISION_TOLERANCE",
+    "DOUBLE_CAST_TOLERANCE", "double_cast_active",
     "test_on_nonzero_card_if_multiple_musa_device", "skip_if_not_multiple_musa_device",
     "skip_if_musa_unavailable", "MULTIGPU_AVAILABLE", "MUSA_AVAILABLE", "gen_ip_port",
     "CompileCounter",

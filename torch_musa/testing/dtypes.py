@@ -24,6 +24,8 @@ __all__ = [
     "get_float_types",
     "get_raw_data",
     "LOW_PRECISION_TOLERANCE",
+    "DOUBLE_CAST_TOLERANCE",
+    "double_cast_active",
 ]
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -34,6 +36,11 @@ LOW_PRECISION_TOLERANCE = {
     torch.float16: (1e-3, 2e-3),
     torch.bfloat16: (1e-2, 1.6e-2),
 }
+
+
+#: (atol, rtol) for float64 results a profile without float64 computed in float32
+#: (``TORCH_USE_MUSA_DOUBLE_CAST``): float32's own tolerance.
+DOUBLE_CAST_TOLERANCE = (1e-5, 1.3e-6)
 
 
 class UnsupportedDtypeError(RuntimeError):
@@ -52,12 +59,28 @@ def dtype_supported(dtype: torch.dtype) -> bool:
 
 def _profile_hint(dtype: torch.dtype) -> str:
     if dtype in (torch.float64, torch.complex128):
-        return "compute in float32, or pick a profile with float64 (TORCH_MUSA_PROFILE=s5000)"
+        return ("compute in float32, set TORCH_USE_MUSA_DOUBLE_CAST=1 to compute float64 ops "
+                "in float32, or pick a profile with float64 (TORCH_MUSA_PROFILE=s5000)")
     return "pick a profile with bfloat16 (TORCH_MUSA_PROFILE=s4000 or s5000)"
 
 
+def double_cast_active() -> bool:
+    """Whether float64 ops on musa are computed in float32 right now (a profile
+    without float64 and ``TORCH_USE_MUSA_DOUBLE_CAST`` or ``set_double_cast(True)``)."""
+    if _state.profile.supports_fp64:
+        return False
+    try:
+        torch.ones(1, dtype=torch.float64, device="musa").add(1)
+        return True
+    except RuntimeError:
+        return False
+
+
 def require_dtype(dtype: torch.dtype, what: str = "this test") -> None:
-    """Raise :class:`UnsupportedDtypeError` if the profile cannot compute in ``dtype``."""
+    """Raise :class:`UnsupportedDtypeError` if the profile cannot compute in ``dtype``
+    (float64 passes while double casting is on)."""
+    if dtype == torch.float64 and not dtype_supported(dtype) and double_cast_active():
+        return
     if isinstance(dtype, torch.dtype) and not dtype_supported(dtype):
         p = _state.profile
         raise UnsupportedDtypeError(

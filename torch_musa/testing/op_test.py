@@ -12,7 +12,8 @@ from typing import Any, Iterable
 import torch
 
 from .comparators import Comparator, DefaultComparator, _dtype_name
-from .dtypes import (LOW_PRECISION, LOW_PRECISION_TOLERANCE, UnsupportedDtypeError,
+from .dtypes import (DOUBLE_CAST_TOLERANCE, LOW_PRECISION, LOW_PRECISION_TOLERANCE,
+                     UnsupportedDtypeError, double_cast_active, dtype_supported,
                      require_dtype)
 
 __all__ = ["OpTest", "InplaceOpChek", "InplaceOpCheck"]
@@ -415,7 +416,8 @@ class OpTest:
             check_dtype = False
         for comp in self._comparators:
             if widen_for is not None and check_dtype is False:
-                comp = comp.widened(*LOW_PRECISION_TOLERANCE[widen_for])
+                comp = comp.widened(*LOW_PRECISION_TOLERANCE.get(widen_for,
+                                                                 DOUBLE_CAST_TOLERANCE))
             comp.check(m, c, op=op, dtype=dtype if dtype is not None else m.dtype, name=name,
                        check_dtype=check_dtype, result_label=result_label,
                        golden_label=golden_label)
@@ -470,8 +472,19 @@ class OpTest:
                             **common)
             widen = low
         res = self._run_musa(inputs, dtype=dtype, **common)
+        ref_dtype = torch.float32
+        if widen is None and self._double_cast(inputs, dtype):
+            # float64 computed in float32 on musa: float32's tolerance
+            widen, ref_dtype = torch.float64, torch.float64
         self._compare_runs(res, ref, dtype=dtype or low, widen_for=widen,
-                           ref_dtype=torch.float32, golden_label="cpu")
+                           ref_dtype=ref_dtype, golden_label="cpu")
+
+    def _double_cast(self, inputs, dtype) -> bool:
+        if dtype_supported(torch.float64):
+            return False
+        uses_f64 = dtype == torch.float64 or (dtype is None and any(
+            t.dtype == torch.float64 for t in _tensors([self._input_args, inputs])))
+        return uses_f64 and double_cast_active()
 
     def _low_vs_high(self, inputs, train, test_out, low, high, device_ref="musa",
                      refer=True, **kwargs):
@@ -609,10 +622,13 @@ class OpTest:
         if isinstance(func, torch.nn.Module):
             pairs += [(f"grad of parameter {name!r}", m, c) for (name, m), (_, c) in
                       zip(m_func.named_parameters(), c_func.named_parameters())]
+        widen, ref_dtype = low, torch.float32
+        if low is None and self._double_cast(None, dtype):
+            widen, ref_dtype = torch.float64, torch.float64
         for name, m, c in pairs:
             self._compare_one(_grad_or_zeros(m), _grad_or_zeros(c), op=op,
-                              dtype=dtype or m.dtype, name=name, widen_for=low,
-                              ref_dtype=torch.float32)
+                              dtype=dtype or m.dtype, name=name, widen_for=widen,
+                              ref_dtype=ref_dtype)
 
 
 def _grad_or_zeros(t: torch.Tensor) -> torch.Tensor:
