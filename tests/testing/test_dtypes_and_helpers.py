@@ -170,3 +170,28 @@ def test_compile_counter_on_musa():
     assert cnt.frame_count == 1 and cnt.op_count == 3
     cnt.clear()
     assert cnt.frame_count == 0 and cnt.op_count == 0
+
+
+@pytest.mark.skipif(PROFILE.supports_fp64, reason="the profile has float64")
+def test_float64_under_double_cast_uses_float32_tolerance():
+    registry = pytest.importorskip("torch_musa.ops.registry")
+    if not hasattr(registry, "set_double_cast"):
+        pytest.skip("no double casting in this build")
+    x, w = torch.randn(8, 32), torch.randn(32, 4)
+    registry.set_double_cast(True)
+    try:
+        assert testing.double_cast_active()
+        testing.require_dtype(torch.float64)
+        t = OpTest(func=torch.matmul, input_args={"input": x, "other": w},
+                   test_dtype=torch.float64)
+        t.check_result()
+        t.check_grad_fn()
+        # still strict enough to catch a wrong result
+        bad = OpTest(func=lambda input: torch.exp(input) * (1 + 1e-4 * (input.device.type ==
+                                                                         "musa")),
+                     input_args={"input": x}, test_dtype=torch.float64)
+        with pytest.raises(AssertionError, match="dtype float64"):
+            bad.check_result()
+    finally:
+        registry.set_double_cast(False)
+    assert not testing.double_cast_active()
