@@ -109,10 +109,11 @@ def compare_tensor(dev: torch.Tensor, ref: torch.Tensor, atol: float | None, rto
         eq = d == r
         if bool(eq.all()):
             return True, 0.0, 0.0, "", (0.0, 0.0)
-        bad = (~eq).nonzero()[:5].tolist()
+        bad = (~eq).nonzero()[:3].tolist()
         err = float((d.to(torch.int64) - r.to(torch.int64)).abs().max()) if d.numel() else 0.0
         picks = ", ".join(f"{tuple(i)}: {d[tuple(i)].item()} vs {r[tuple(i)].item()}" for i in bad)
-        return False, err, math.inf, f"{int((~eq).sum())} of {d.numel()} differ (exact match required); {picks}", (0.0, 0.0)
+        return (False, err, math.inf,
+                f"{int((~eq).sum())} of {d.numel()} differ (exact match required); {picks}", (0.0, 0.0))
     if atol is None or rtol is None:
         atol_, rtol_ = dtol
         atol = atol_ if atol is None else atol
@@ -134,7 +135,7 @@ def compare_tensor(dev: torch.Tensor, ref: torch.Tensor, atol: float | None, rto
     if bool(close.all()):
         return True, max_abs, max_rel, "", (atol, rtol)
     bad_mask = ~close
-    idx = bad_mask.nonzero()[:5].tolist()
+    idx = bad_mask.nonzero()[:3].tolist()
     picks = ", ".join(f"{tuple(i)}: {a[tuple(i)].item():.6g} vs {b[tuple(i)].item():.6g}" for i in idx)
     detail = f"{int(bad_mask.sum())} of {a.numel()} elements not close; {picks}"
     return False, max_abs, max_rel, detail, (atol, rtol)
@@ -466,7 +467,8 @@ class CompareWithCPU(_WindowedMode):
         self._printed += 1
         tag = "FIRST DIVERGENCE" if rec is self.first_failure else (
             "mismatch (downstream of a flagged op)" if rec["kind"] == "downstream" else "mismatch")
-        tol = f"atol={rec['atol']:g}, rtol={rec['rtol']:g}" if rec["atol"] is not None else "exact"
+        tol = (f"atol={rec['atol']:g}, rtol={rec['rtol']:g}" if rec["atol"] not in (None, 0.0)
+               or rec["rtol"] not in (None, 0.0) else "exact")
         lines = [f"[CompareWithCPU] {tag}: {rec['op']}  step {rec['step']} op #{rec['index']}",
                  f"    module : {rec['module'] or '<top>'} ({rec['phase']})"
                  + (f"  grad_fn={rec['grad_fn']}" if rec["grad_fn"] else "")]
@@ -484,7 +486,7 @@ class CompareWithCPU(_WindowedMode):
         self._emit_text("\n".join(lines))
 
     # ------------------------------------------------------------------ summary
-    def summary(self) -> str:
+    def summary(self, max_rows: int = 15) -> str:
         c = self.counts
         head = (f"[CompareWithCPU] rank {self.global_rank}: {c['checked']} ops checked, "
                 f"{c['failed']} failed ({c['first']} first, {c['downstream']} downstream), "
@@ -492,12 +494,17 @@ class CompareWithCPU(_WindowedMode):
                 f"{c['no_cpu_kernel']} without a CPU kernel, {c['fp32_retry']} compared via float32")
         rows = []
         items = sorted(self.stats.items(), key=lambda kv: (-kv[1].failed, -kv[1].max_rel, kv[0]))
-        for op, s in items:
-            rows.append([op, s.checked, s.failed, fmt_err(s.max_abs), fmt_err(s.max_rel),
-                         f"{s.tol[0]:g}/{s.tol[1]:g}" if s.tol else "-",
+        hidden = max(0, len(items) - max_rows) if max_rows else 0
+        for op, s in items[:len(items) - hidden]:
+            tol = ("exact" if s.tol == (0.0, 0.0) else f"{s.tol[0]:g}/{s.tol[1]:g}") if s.tol else "-"
+            rows.append([op, s.checked, s.failed, fmt_err(s.max_abs), fmt_err(s.max_rel), tol,
                          s.where if s.failed else ("no cpu kernel" if s.skipped and not s.checked else "")])
         table = format_table(["op", "checked", "failed", "max_abs", "max_rel", "atol/rtol", "first failure at"], rows)
         out = head + "\n" + table
+        if hidden:
+            rest = items[len(items) - hidden:]
+            out += (f"\n... {hidden} more ops ({sum(v.checked for _, v in rest)} checks, "
+                    f"{sum(v.failed for _, v in rest)} failed); all in the JSON log")
         if self.first_failure:
             f = self.first_failure
             out += (f"\nfirst divergent op: {f['op']} in {f['module'] or '<top>'} ({f['phase']}), "

@@ -284,13 +284,16 @@ class NanInfTracker(_WindowedMode):
 
     def _locate(self, recs, flags, finite, nan):
         logged_downstream = 0
+        clean: set = set()           # storages written by finite ops earlier in this window
         for rec in recs:
             sl = range(rec.f0, rec.f0 + rec.nf)
             if all(finite[i] for i in sl):
-                if self._bad:
-                    for k in rec.out_keys:
-                        self._bad.pop(k, None)
+                for k in rec.out_keys:
+                    self._bad.pop(k, None)
+                    clean.add(k)
                 continue
+            for k in rec.out_keys:
+                clean.discard(k)
             has_nan = any(nan[i] for i in sl)
             in_bad = [self._bad[k] for k in rec.in_keys if k in self._bad]
             bad_inputs: list[str] = []
@@ -303,12 +306,13 @@ class NanInfTracker(_WindowedMode):
                 kind = "explicit"
             else:
                 kind = "origin"
-                checked = 0
-                for ref, ver, pos, bref in rec.in_refs:
+                checked = made = 0
+                for (ref, ver, pos, bref), key in zip(rec.in_refs, rec.in_keys):
                     t = ref()
                     if t is None and bref is not None:      # a freed view: check what it viewed
                         t = bref()
                     if t is None or t._version != ver:
+                        made += key in clean
                         continue
                     checked += 1
                     if not bool(torch.isfinite(t).all()):
@@ -316,11 +320,12 @@ class NanInfTracker(_WindowedMode):
                         bad_inputs.append(f"parameter {pname}" if pname else f"input {pos} {describe(t)}")
                 if bad_inputs:
                     kind = "entered"
-                elif checked == len(rec.in_refs):
-                    verified = "all inputs finite (re-checked)"
+                elif checked + made == len(rec.in_refs):
+                    verified = (f"all {len(rec.in_refs)} float input(s) finite ({checked} re-checked, "
+                                f"{made} made by tracked ops with finite outputs)")
                 else:
-                    verified = (f"inputs finite as far as tracked ({checked} of {len(rec.in_refs)} "
-                                "re-checked; the rest were freed or overwritten)")
+                    verified = (f"{checked + made} of {len(rec.in_refs)} float input(s) known finite; "
+                                "the rest came from outside the tracked window and are gone")
             self.counts[kind] += 1
             mark = "nan" if has_nan else ("explicit" if kind == "explicit" or
                                           (kind == "downstream" and set(in_bad) == {"explicit"})
