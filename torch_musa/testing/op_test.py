@@ -264,7 +264,7 @@ class OpTest:
 
         for k, v in args.items():
             if k != "out":
-                walk(v, repr(k))
+                walk(v, k if isinstance(k, str) and k.startswith("[") else repr(k))
         return ptrs
 
     # ----------------------------------------------------------------- one run
