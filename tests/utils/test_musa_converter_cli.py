@@ -175,3 +175,4 @@ def test_usage_errors(tree, capsys):
     assert e.value.code == 2 and "--root_path" in capsys.readouterr().err
     assert cli.main(["-r", str(tree / "missing")]) == 2
     assert cli.main(["-r", str(tree), "--dry-run", "-o", str(tree) + "_out"]) == 2
+    assert cli.main(["-r", str(tree), "-l", "no_such_script.py"]) == 2

@@ -126,6 +126,14 @@ def _main(argv: list[str] | None = None) -> int:
         return 2
     launch = list(args.launch_path)
     excluded = list(args.excluded_path)
+    src_root = os.path.abspath(root if os.path.isdir(root) else os.path.dirname(root))
+    for p in launch:
+        full = engine._resolve_user_path(p, src_root)
+        if not (full.endswith(".py") and os.path.isfile(full)) or not engine._is_within(
+                full, os.path.realpath(src_root)):
+            print(f"musa-converter: launch path {p}: not a Python file under the root",
+                  file=sys.stderr)
+            return 2
     backup = not args.no_backup
     if args.output_path:
         if args.dry_run:
