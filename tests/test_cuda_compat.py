@@ -98,6 +98,14 @@ buf.seek(0); assert dev(torch.load(buf, map_location="cpu")["w"]) == "cpu"
 from torch_musa import cuda_compat as c2
 assert c2._backend("nccl") == "mccl" and c2._backend("cpu:gloo,cuda:nccl") == "cpu:gloo,musa:mccl"
 assert c2._backend("gloo") == "gloo"
+import torch.distributed as dist
+if "mccl" not in dist.Backend.backend_list:      # a clear message, not "Invalid backend"
+    try:
+        dist.init_process_group("nccl", rank=0, world_size=1, store=dist.HashStore())
+    except RuntimeError as e:
+        assert "'mccl'" in str(e) and "does not register" in str(e), e
+    else:
+        raise SystemExit("nccl accepted without mccl")
 
 # CUDA_VISIBLE_DEVICES (set by the test) was copied for the runtime and child processes
 assert os.environ["MUSA_VISIBLE_DEVICES"] == "1"

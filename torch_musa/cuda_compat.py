@@ -284,13 +284,21 @@ def _patch_distributed():
     if not dist.is_available():
         return
 
+    def check(backend):
+        if isinstance(backend, str) and "mccl" in backend and \
+                "mccl" not in dist.Backend.backend_list:
+            raise RuntimeError(
+                "torch_musa.cuda_compat: the script asks for NCCL, which maps to the 'mccl' "
+                "backend, but this torch_musa does not register 'mccl' yet")
+        return backend
+
     def wrap(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if args:
-                args = (_backend(args[0]),) + tuple(args[1:])
+                args = (check(_backend(args[0])),) + tuple(args[1:])
             if "backend" in kwargs:
-                kwargs["backend"] = _backend(kwargs["backend"])
+                kwargs["backend"] = check(_backend(kwargs["backend"]))
             return fn(*args, **kwargs)
         return wrapper
 
