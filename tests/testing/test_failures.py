@@ -198,3 +198,16 @@ def test_low_precision_vs_fp32_perturbed_fails():
     if torch.bfloat16 in testing.get_float_types():
         msg = _fails(t, "check_musabf16_vs_musafp32")
         assert "dtype bfloat16" in msg and "atol=0.01 rtol=0.016" in msg, msg
+
+
+def test_inplace_variant_disagreeing_with_functional_fails(monkeypatch):
+    def scale(input, factor):
+        return input * factor
+
+    def scale_(self, factor):  # in-place variant, wrong on musa only
+        return self.mul_(factor + (0.5 if self.device.type == "musa" else 0.0))
+
+    monkeypatch.setattr(torch.Tensor, "scale_", scale_, raising=False)
+    t = OpTest(func=scale, input_args={"input": torch.ones(2, 3), "factor": 2.0})
+    msg = _fails(t, "check_inplace")
+    assert "Tensor.scale_" in msg and "musa=2.5 cpu=2" in msg, msg

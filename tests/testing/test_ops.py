@@ -209,3 +209,14 @@ def test_python_number_outputs():
         return input.sum().item(), int(input.argmax()), input.shape
 
     OpTest(func=stats, input_args={"input": torch.randn(7)}).check_result()
+
+
+@pytest.mark.parametrize("func,args", [
+    (torch.add, {"input": torch.randn(3, 4), "other": torch.randn(4), "alpha": 0.5}),
+    (torch.mul, {"input": torch.randn(3, 4), "other": 3.0}),
+    (torch.clamp, {"input": torch.randn(10), "min": -0.1, "max": 0.2}),
+    (torch.sigmoid, {"input": torch.randn(10)}),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_optest_check_inplace(func, args, dtype):
+    OpTest(func=func, input_args=args, test_dtype=dtype).check_inplace()

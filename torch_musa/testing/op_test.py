@@ -581,6 +581,36 @@ class OpTest:
                                    name=f"{what} out= tensor {i} vs the functional result",
                                    result_label="out=", golden_label="functional")
 
+    def check_inplace(self, func_name: str | None = None, self_key: str | None = None,
+                      cpu_to_fp32: bool = False):
+        """The in-place variant (``Tensor.<name>_`` by default) writes into self, returns
+        self, matches the CPU, and agrees with the functional result on musa.
+
+        ``self_key``: the entry of ``input_args`` that becomes self (default: the first
+        tensor). The other entries are passed as keyword arguments.
+        """
+        base = _func_basename(self._func)
+        name = func_name or (base if base.endswith("_") else base + "_")
+        args = dict(self._input_args)
+        if self_key is None:
+            self_key = next((k for k, v in args.items() if isinstance(v, torch.Tensor)), None)
+        if self_key is None or not isinstance(args.get(self_key), torch.Tensor):
+            raise ValueError(f"check_inplace for op {self.op_name}: no tensor to be self")
+        dtype = self._test_dtype
+        require_dtype(dtype, f"OpTest for op Tensor.{name}")
+        conv = {k: self._convert(v, "cpu", dtype, None, {}, k, [], k) for k, v in args.items()}
+        self_tensor = conv.pop(self_key)
+        check = InplaceOpChek(name, self_tensor, conv, comparators=self._comparators)
+        check.check_address()
+        musa_self = check.check_res(cpu_to_fp32=cpu_to_fp32)
+        if not _is_inplace_func(self._func) and func_name is None:
+            functional = self._run_musa(None, dtype=dtype)
+            label, value = functional.results[0]
+            for comp in self._comparators:
+                comp.check(musa_self, value, op=f"Tensor.{name}", dtype=musa_self.dtype,
+                           name=f"in-place result vs functional {label}",
+                           result_label="in-place", golden_label="functional")
+
     def check_grad_fn(self, bf16=False, fp16=False):
         """The musa output has the same kind of ``grad_fn`` as the CPU one, and the
         gradients of floating-point inputs match the CPU's. Float16/bfloat16 are
@@ -730,6 +760,7 @@ class InplaceOpChek:
                                     ref_dtype=torch.float32)
             elif m != c:
                 raise AssertionError(f"op {name}: argument {k!r} differs: {m!r} vs {c!r}")
+        return m_s
 
 
 #: The correctly spelled name.
