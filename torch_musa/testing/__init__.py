@@ -1,9 +1,23 @@
 """Public helpers for testing operators on the musa device against a CPU reference.
 
+    import torch
     from torch_musa import testing
-    testing.OpTest(func=torch.add, input_args={"input": a, "other": b}).check_result()
 
-See OpTest, the comparators, and the profile-aware dtype lists below.
+    t = testing.OpTest(func=torch.add,
+                       input_args={"input": torch.randn(4, 5), "other": torch.randn(5)},
+                       comparators=testing.DefaultComparator(abs_diff=1e-6),
+                       test_dtype=torch.float16)
+    t.check_result()            # CPU copies vs musa copies, every output
+    t.check_out_ops()           # out= writes the same values, in place
+    t.check_grad_fn()           # same grad_fn kind, same input gradients
+    t.check_inplace()           # Tensor.add_ on musa vs CPU vs functional
+    t.check_musafp16_vs_musafp32()
+
+A failing comparison raises AssertionError naming the op, the dtype, the result
+(output, gradient, out= tensor, input modified in place), how many elements
+differ, the worst one (index, both values, absolute and relative error) and the
+tolerance. Dtype lists follow the hardware profile (``TORCH_MUSA_PROFILE``);
+asking for a dtype the profile lacks raises ``UnsupportedDtypeError``.
 """
 from .comparators import (
     AbsDiffComparator,
