@@ -70,7 +70,7 @@ def test_clean_training_no_reports_one_read_per_step(tmp_path):
     assert t.counts["checked"] > 40
     assert t.counts["checks"] == 3          # flags read once per step, not once per op
     assert t.counts["origin"] == t.counts["downstream"] == 0
-    assert not t._recs and not t._flags     # window emptied after each read
+    assert not t._recs and not t._pending and not t._flag_parts    # emptied by each read
 
 
 def test_planted_nan_traced_to_log_in_submodule(tmp_path, capsys):

@@ -1,12 +1,13 @@
 """NanInfTracker: find the op that first produced NaN/Inf, without a host sync per op.
 
-Per op, the outputs' min and max are reduced on the device (``torch.aminmax``: a
-NaN anywhere makes both NaN, +-Inf shows in max/min) and the two 0-dim device
-tensors are kept in a small per-window list together with a few words of
-metadata (op, module path, source line, storage ids of inputs/outputs, weak refs
-to the float inputs). Every ``check_every`` ops and at each ``step()`` the whole
-window is read back with one transfer; only when something is non-finite is the
-window walked op by op:
+Per op, the floating outputs are queued (at most ``batch`` of them, and never
+past an op that writes in place) and reduced together on the device by one fused
+``torch._foreach_norm(..., inf)``: a NaN anywhere gives NaN, +-Inf gives Inf.
+The per-op results stay on the device, next to a few words of metadata per op
+(op, module path, source line, storage ids of inputs/outputs, weak refs to the
+float inputs). Every ``check_every`` ops and at each ``step()`` the whole window
+is read back with one transfer; only when something is non-finite is the window
+walked op by op:
 
 * ``origin``: all inputs came from finite tensors; the op made the NaN/Inf
   (inputs still alive and unmodified are re-checked to confirm it);
@@ -51,6 +52,13 @@ NAN_SKIP = [
     "aten.sym_numel", "aten.sym_storage_offset", "profiler._record_function_enter_new",
     "profiler._record_function_exit", "aten._record_function_enter_new", "c10d.barrier",
 ]
+
+
+_Tensor = torch.Tensor
+_strided = torch.strided
+_ref = weakref.ref
+_INF = math.inf
+_graph_task_id = torch._C._current_graph_task_id
 
 
 def _skey(t: torch.Tensor) -> int:
@@ -118,7 +126,7 @@ class NanInfTracker(_WindowedMode):
     def __init__(self, enabled=True, target_list=None, white_list=None, enable_ranks=None,
                  should_log_to_file=False, output_dir=None, dump_error_data=False, start_step=0,
                  end_step=None, *, check_every=1024, verbose=True, raise_on_error=None,
-                 source_lines=True, max_printed=10) -> None:
+                 source_lines=True, max_printed=10, batch=32) -> None:
         super().__init__(enabled, target_list, white_list, enable_ranks, should_log_to_file,
                          output_dir, start_step, end_step, verbose)
         self.white_list = OpSet(list(NAN_SKIP) + list(white_list or []))
@@ -128,11 +136,14 @@ class NanInfTracker(_WindowedMode):
         self.source_lines = source_lines
         self.max_printed = max_printed
         self._info: dict = {}
-        self._flags: list[torch.Tensor] = []
+        self._pending: list[torch.Tensor] = []      # outputs not yet reduced (<= batch)
+        self._flag_parts: list = []                  # (device vector of inf-norms, flag indices)
+        self._nflag = 0
+        self.batch = max(1, int(batch))
         self._recs: list[_Rec] = []
         self._bad: dict[int, str] = {}          # storage id -> "nan" | "inf" | "explicit"
         self._seq = 0
-        self.counts = {"ops": 0, "checked": 0, "checks": 0, "origin": 0, "entered": 0,
+        self.counts = {"checked": 0, "checks": 0, "origin": 0, "entered": 0,
                        "downstream": 0, "explicit": 0}
         self.events: list[dict] = []             # reported origins (bounded by max_events)
         self.max_events = 100
@@ -153,10 +164,12 @@ class NanInfTracker(_WindowedMode):
         if self._depth == 0 and self.enabled and self.rank_enabled:
             if exc_type is None or exc_type is not NanInfTrackError:
                 self.flush()
-            text = self.summary()
-            self._emit_text(text)
-            if self._text_file is not None:
-                print(text, flush=True)
+            c = self.counts
+            if self.verbose or c["origin"] or c["entered"] or c["downstream"]:
+                text = self.summary()
+                self._emit_text(text)
+                if self._text_file is not None:
+                    print(text, flush=True)
             self._close_files()
         return r
 
@@ -182,44 +195,52 @@ class NanInfTracker(_WindowedMode):
         if info.skip:
             return func(*args, **kwargs)
         pre = None
-        if self.dump_error_data and info.has_mutable:     # keep what the op will overwrite
-            pre = [tree_map(lambda t: t.detach().clone(), v)
-                   for v in _mutated_args(info.name.schema, args, kwargs)]
+        if info.has_mutable:
+            if self._pending:           # reduce what is pending before the op overwrites it
+                self._reduce_pending()
+            if self.dump_error_data:    # keep what the op will overwrite
+                pre = [tree_map(lambda t: t.detach().clone(), v)
+                       for v in _mutated_args(info.name.schema, args, kwargs)]
         out = func(*args, **kwargs)
-        self.counts["ops"] += 1
         if info.no_returns:
             targets = flatten_tensors(_mutated_args(info.name.schema, args, kwargs))
-        elif type(out) is torch.Tensor:
+        elif type(out) is _Tensor:
             targets = (out,)
         else:
             targets = flatten_tensors(out)
-        targets = [t for t in targets if _checkable(t)]
-        if not targets:
+        out_keys = []
+        pending = self._pending
+        f0 = self._nflag
+        for t in targets:
+            if (t.is_floating_point() or t.is_complex()) and t.numel() and t.layout == _strided \
+                    and not t.is_meta:
+                pending.append(t if not t.is_complex() else torch.view_as_real(t))
+                out_keys.append(_skey(t))
+        nf = len(out_keys)
+        if not nf:
             return out
-        flags = self._flags
-        f0 = len(flags)
-        if len(targets) > 4:
-            try:
-                flags.extend(torch._foreach_norm([t if not t.is_complex() else torch.view_as_real(t)
-                                                  for t in targets], math.inf))
-            except Exception:  # noqa: BLE001 - fall back to one reduction per tensor
-                for t in targets:
-                    flags.extend(torch.aminmax(torch.view_as_real(t) if t.is_complex() else t))
-        else:
-            for t in targets:
-                flags.extend(torch.aminmax(torch.view_as_real(t) if t.is_complex() else t))
-        ins = flatten_tensors(args)
-        if kwargs:
-            ins += flatten_tensors(kwargs)
+        self._nflag += nf
         in_keys = []
         in_refs = []
-        for i, t in enumerate(ins):
-            if t.dtype.is_floating_point or t.dtype.is_complex:
-                in_keys.append(_skey(t))
-                base = t._base
-                in_refs.append((weakref.ref(t), t._version, i,
-                                None if base is None else weakref.ref(base)))
-        bw = torch._C._current_graph_task_id() != -1
+        explicit = False
+        i = 0
+        for a in (args if not kwargs else (*args, *kwargs.values())):
+            if isinstance(a, _Tensor):
+                if a.is_floating_point() or a.is_complex():
+                    in_keys.append(_skey(a))
+                    base = a._base
+                    in_refs.append((_ref(a), a._version, i, None if base is None else _ref(base)))
+            elif type(a) is float:
+                if a != a or a == _INF or a == -_INF:
+                    explicit = True
+            elif type(a) in (list, tuple):
+                for t in a:
+                    if isinstance(t, _Tensor) and (t.is_floating_point() or t.is_complex()):
+                        in_keys.append(_skey(t))
+                        base = t._base
+                        in_refs.append((_ref(t), t._version, i, None if base is None else _ref(base)))
+            i += 1
+        bw = _graph_task_id() != -1
         module = _mt.STATE.current(bw)
         if bw:
             node = torch._C._current_autograd_node()
@@ -229,57 +250,75 @@ class NanInfTracker(_WindowedMode):
             node = ""
             frame = user_frame(2) if self.source_lines else None
         self._seq += 1
-        rec = _Rec(self._seq, info, module, bw, node, frame, f0, len(flags) - f0, in_keys, in_refs,
-                   [_skey(t) for t in targets], _nonfinite_scalar(args, kwargs), self.step_cnt)
+        rec = _Rec(self._seq, info, module, bw, node, frame, f0, nf, in_keys, in_refs,
+                   out_keys, explicit, self.step_cnt)
         if self.dump_error_data:
             rec.pre = (pre or [], args, kwargs, out)
         self._recs.append(rec)
         self.counts["checked"] += 1
         if len(self._recs) >= self.check_every:
             self.flush()
+        elif len(pending) >= self.batch:
+            self._reduce_pending()
         return out
+
+    def _reduce_pending(self) -> None:
+        """One fused device reduction (inf-norm: NaN stays NaN, +-Inf gives Inf) per device."""
+        pending, self._pending = self._pending, []
+        base = self._nflag - len(pending)
+        by_dev: dict = {}
+        for j, t in enumerate(pending):
+            by_dev.setdefault(t.device, []).append(j)
+        for idxs in by_dev.values():
+            ts = [pending[j] for j in idxs]
+            try:
+                norms = torch._foreach_norm(ts, math.inf)
+            except Exception:  # noqa: BLE001 - no foreach kernel: one reduction per tensor
+                norms = [t.abs().amax() for t in ts]
+            dt = norms[0].dtype
+            if any(n.dtype != dt for n in norms):
+                norms = [n.float() for n in norms]
+            self._flag_parts.append((torch.stack(norms), [base + j for j in idxs]))
 
     # ------------------------------------------------------------------ checking
     def flush(self) -> bool:
         """Read the window's device flags (one transfer); locate offenders. True if clean."""
-        recs, flags = self._recs, self._flags
-        if not recs:
+        if not self._recs:
             return True
-        self._recs, self._flags = [], []
-        self.counts["checks"] += 1
         with _disable_current_modes():
-            return self._check(recs, flags)
+            if self._pending:
+                self._reduce_pending()
+            recs, parts, n = self._recs, self._flag_parts, self._nflag
+            self._recs, self._flag_parts, self._nflag = [], [], 0
+            self.counts["checks"] += 1
+            return self._check(recs, parts, n)
 
-    def _check(self, recs, flags) -> bool:
-        groups: dict = {}
-        for i, f in enumerate(flags):
-            groups.setdefault(f.dtype, []).append(i)
-        order, parts = [], []
-        for idxs in groups.values():
-            st = torch.stack([flags[i] for i in idxs])
-            parts.append(torch.isfinite(st))
-            parts.append(torch.isnan(st))
-            order.append(idxs)
-        res = torch.cat(parts).cpu()
-        n = len(flags)
+    def _check(self, recs, parts, n) -> bool:
+        by_dev: dict = {}
+        for vec, idxs in parts:
+            by_dev.setdefault(vec.device, []).append((vec, idxs))
         finite = [True] * n
         nan = [False] * n
-        off = 0
-        for idxs in order:
-            k = len(idxs)
-            fin_g = res[off:off + k].tolist()
-            nan_g = res[off + k:off + 2 * k].tolist()
-            off += 2 * k
-            for j, i in enumerate(idxs):
-                finite[i] = fin_g[j]
-                nan[i] = nan_g[j]
+        for items in by_dev.values():
+            vec = torch.cat([v for v, _ in items]) if len(items) > 1 else items[0][0]
+            res = torch.cat([torch.isfinite(vec), torch.isnan(vec)]).cpu()     # the one read
+            k = vec.numel()
+            if bool(res[:k].all()):
+                continue
+            fin, isn = res[:k].tolist(), res[k:].tolist()
+            j = 0
+            for _, idxs in items:
+                for i in idxs:
+                    finite[i] = fin[j]
+                    nan[i] = isn[j]
+                    j += 1
         if all(finite):
             if self._bad:       # storages rewritten by finite ops are clean again (or reused)
                 for rec in recs:
                     for k in rec.out_keys:
                         self._bad.pop(k, None)
             return True
-        self._locate(recs, flags, finite, nan)
+        self._locate(recs, None, finite, nan)
         return False
 
     def _locate(self, recs, flags, finite, nan):
@@ -316,7 +355,8 @@ class NanInfTracker(_WindowedMode):
                         continue
                     checked += 1
                     if not bool(torch.isfinite(t).all()):
-                        pname = _mt.STATE.param_name(t)
+                        pname = _mt.STATE.param_name(t) or (
+                            _mt.STATE.param_name(t._base) if t._base is not None else None)
                         bad_inputs.append(f"parameter {pname}" if pname else f"input {pos} {describe(t)}")
                 if bad_inputs:
                     kind = "entered"
