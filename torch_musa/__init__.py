@@ -29,6 +29,7 @@ from torch_musa import core as _musa_module  # noqa: E402
 from torch_musa.core import printing as _printing  # noqa: E402
 from torch_musa.ops import dtype_policy as _dtype_policy  # noqa: E402
 from torch_musa.ops import fallback_routes as _fallback_routes  # noqa: E402
+from torch_musa.ops import registry as _registry  # noqa: E402
 
 torch._register_device_module("musa", _musa_module)
 torch.utils.generate_methods_for_privateuse1_backend(
@@ -36,6 +37,8 @@ torch.utils.generate_methods_for_privateuse1_backend(
 )
 _C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
 _fallback_routes.install()
+_registry.register_customized()
+_registry.configure_from_env()
 _printing.install()
 
 try:  # profiler activity alias, as torch_musa spells it

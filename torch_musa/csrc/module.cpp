@@ -3,6 +3,7 @@
 #include "allocator.h"
 #include "fallback.h"
 #include "generator.h"
+#include "host_call.h"
 #include "runtime.h"
 
 #include <torch/csrc/Generator.h>
@@ -38,6 +39,42 @@ void sleep_cycles(int64_t cycles) {
   const auto d = current_device();
   driver().stream_sleep(current_stream(d),
                         int64_t(double(cycles) / config().clock_hz * 1e9));
+}
+
+py::object g_debug_callback;
+
+py::object to_python(const c10::IValue& v) {
+  if (v.isTensor()) return py::reinterpret_steal<py::object>(THPVariable_Wrap(v.toTensor()));
+  if (v.isTensorList() || v.isList() || v.isTuple()) {
+    py::list out;
+    if (v.isTuple()) {
+      for (const auto& e : v.toTupleRef().elements()) out.append(to_python(e));
+    } else {
+      for (const auto& e : v.toListRef()) out.append(to_python(e));
+    }
+    return std::move(out);
+  }
+  return py::none();
+}
+
+void call_debug_callback(const char* op, const std::vector<c10::IValue>& args,
+                         const std::vector<c10::IValue>& results) {
+  py::gil_scoped_acquire gil;
+  if (!g_debug_callback) return;
+  py::list a, r;
+  for (const auto& v : args) a.append(to_python(v));
+  for (const auto& v : results) r.append(to_python(v));
+  g_debug_callback(op, a, r);
+}
+
+void set_debug_callback(py::object fn) {
+  if (fn.is_none()) {
+    set_debug_hook(nullptr);
+    g_debug_callback = py::object();
+  } else {
+    g_debug_callback = std::move(fn);
+    set_debug_hook(&call_debug_callback);
+  }
 }
 
 py::list snapshot() {
@@ -86,13 +123,18 @@ PYBIND11_MODULE(_C, m) {
     device_allocator().set_settings(s);
   });
   m.def("_memory_snapshot", &snapshot);
-  m.def("_device_of_ptr", [](uintptr_t p) {
-    return device_allocator().device_of(reinterpret_cast<void*>(p));
-  });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(c10::DeviceIndex(d))));
   });
   m.def("_set_dtype_exempt_ops", &set_dtype_exempt_ops);
+  m.def("_set_double_cast", &set_double_cast);
+  m.def("_set_fallback_mode", [](int mode) {
+    TORCH_CHECK(mode >= 0 && mode <= 2, "fallback mode must be 0 (silent), 1 (warn) or 2 (error)");
+    set_fallback_mode(FallbackMode(mode));
+  });
+  m.def("_fallback_counts", &fallback_counts);
+  m.def("_reset_fallback_counts", &reset_fallback_counts);
+  m.def("_set_op_debug_callback", &set_debug_callback);
   m.def("_register_fallback_ops", &register_fallback_for);
 }

@@ -13,14 +13,6 @@ import torch
 
 from torch_musa import _C
 
-_NATIVE = {
-    "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias",
-    "resize_", "set_.source_Storage_storage_offset", "set_.source_Storage",
-    "set_.source_Tensor", "set_", "_copy_from", "_copy_from_and_resize",
-    "_local_scalar_dense", "record_stream",
-}
-
-
 def structured_wrapper_ops() -> list[str]:
     ops = []
     for full in torch._C._dispatch_get_registrations_for_dispatch_key(
@@ -29,7 +21,10 @@ def structured_wrapper_ops() -> list[str]:
         if not full.startswith("aten::"):
             continue
         name = full[len("aten::"):]
-        if name in _NATIVE or name.endswith("_copy") or ".out" in name:
+        if name.endswith("_copy") or ".out" in name:
+            continue
+        # Native kernels and registry ops already have a musa kernel.
+        if torch._C._dispatch_has_kernel_for_dispatch_key(full, "PrivateUse1"):
             continue
         if torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU"):
             ops.append(name)

@@ -1,0 +1,206 @@
+"""Strategies on real ops, device guards, custom ops, fallback visibility,
+double casting and op debug logging."""
+import warnings
+
+import pytest
+import torch
+
+import torch_musa.ops as musa_ops
+from torch_musa.ops import op_debug, registry
+
+
+def test_legacy_op_is_served_natively_and_matches_cpu():
+    musa_ops.reset_fallback_stats()
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    out = torch.add(a.musa(), b.musa(), alpha=2)
+    assert torch.equal(out.cpu(), torch.add(a, b, alpha=2))
+    x = a.musa()
+    x.add_(b.musa())
+    assert torch.equal(x.cpu(), a + b)
+    assert "aten::add.Tensor" not in musa_ops.fallback_stats()
+    assert "aten::add_.Tensor" not in musa_ops.fallback_stats()
+
+
+def test_legacy_meta_group_matches_cpu_and_checks_shapes():
+    a, b = torch.randn(4, 5), torch.randn(5)
+    assert torch.equal(torch.atan2(a.musa(), b.musa()).cpu(), torch.atan2(a, b))
+    x = a.musa()
+    r = x.atan2_(b.musa())
+    assert r is x and torch.equal(x.cpu(), torch.atan2(a, b))
+    out = torch.empty(0, device="musa")
+    torch.atan2(a.musa(), b.musa(), out=out)
+    assert torch.equal(out.cpu(), torch.atan2(a, b))
+    with pytest.raises(RuntimeError):
+        b.musa().atan2_(a.musa())  # in-place result cannot broadcast to self's shape
+
+
+def test_native_layer_and_group_norm_are_the_host_kernels():
+    x = torch.randn(4, 32, 8, 8)
+    w, b = torch.randn(32), torch.randn(32)
+    torch.testing.assert_close(torch.nn.functional.group_norm(x.musa(), 8, w.musa(), b.musa()).cpu(),
+                               torch.nn.functional.group_norm(x, 8, w, b), rtol=0, atol=0)
+    y = torch.randn(16, 64)
+    torch.testing.assert_close(torch.nn.functional.layer_norm(y.musa(), [64]).cpu(),
+                               torch.nn.functional.layer_norm(y, [64]), rtol=0, atol=0)
+
+
+def test_device_guard_makes_the_ops_device_current():
+    seen = []
+    from torch_musa.ops import custom
+
+    original = custom.rms_norm
+
+    x = torch.randn(2, 8, device="musa:1")
+    torch.musa.set_device(0)
+    # the Customized kernel runs with the op's device current
+    lib = torch.library.Library("musa", "IMPL")
+
+    def spy(input, normalized_shape, weight=None, eps=1e-6):
+        seen.append(torch.musa.current_device())
+        return original(input, normalized_shape, weight, eps)
+
+    lib.impl("rms_norm", registry._guarded(spy, True), "PrivateUse1", allow_override=True)
+    try:
+        torch.ops.musa.rms_norm(x, [8])
+    finally:
+        lib.impl("rms_norm", registry._guarded(original, True), "PrivateUse1", allow_override=True)
+    assert seen == [1] and torch.musa.current_device() == 0
+
+
+def test_rms_norm_custom_op_forward_backward_fake_and_compile():
+    x = torch.randn(4, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    xm = x.detach().musa().requires_grad_()
+    wm = w.detach().musa().requires_grad_()
+    y = torch.ops.musa.rms_norm(xm, [16], wm, 1e-6)
+    ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    torch.testing.assert_close(y.cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+    y.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(xm.grad.cpu(), x.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(wm.grad.cpu(), w.grad, rtol=1e-4, atol=1e-5)
+    torch.library.opcheck(torch.ops.musa.rms_norm.default, (torch.randn(3, 8, device="musa"), [8], None, 1e-6),
+                          test_utils=("test_schema", "test_faketensor"))
+    compiled = torch.compile(lambda t: torch.ops.musa.rms_norm(t, [16], None, 1e-6) * 2, backend="aot_eager")
+    t = torch.randn(4, 16, device="musa")
+    torch.testing.assert_close(compiled(t).cpu(), (torch.ops.musa.rms_norm(t, [16], None, 1e-6) * 2).cpu())
+
+
+def test_fused_bias_gelu_custom_op():
+    x = torch.randn(4, 8, requires_grad=True)
+    b = torch.randn(8, requires_grad=True)
+    xm, bm = (t.detach().musa().requires_grad_() for t in (x, b))
+    y = torch.ops.musa.fused_bias_gelu(xm, bm, "tanh")
+    ref = torch.nn.functional.gelu(x + b, approximate="tanh")
+    torch.testing.assert_close(y.cpu(), ref.detach())
+    y.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(bm.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xm.grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_fallback_warns_once_per_op_and_counts():
+    musa_ops.reset_fallback_stats()
+    x = torch.randn(5, device="musa")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.special.i0(x)
+        torch.special.i0(x)
+    msgs = [str(w.message) for w in caught if "aten::i0" in str(w.message)]
+    assert len(msgs) == 1 and "CPU fallback" in msgs[0]
+    stats = musa_ops.fallback_stats()
+    assert stats["aten::i0"] == 2
+    cov = musa_ops.coverage()
+    assert "aten::add.Tensor" in cov["native"] and "float32" in cov["native"]["aten::add.Tensor"]
+    assert "float64" not in cov["native"]["aten::add.Tensor"]  # MTT S4000 lacks it
+    assert cov["fallback"]["aten::i0"] == 2
+
+
+def test_fallback_error_mode(subpython):
+    r = subpython("""
+        import torch, torch_musa
+        print(torch.add(torch.ones(2, device="musa"), 1).sum().item())  # native: fine
+        try:
+            torch.special.i0(torch.ones(2, device="musa"))
+        except RuntimeError as e:
+            print("ERR", e)
+    """, {"TORCH_MUSA_FALLBACK": "error"})
+    assert r.returncode == 0, r.stderr
+    assert "4.0" in r.stdout and "ERR aten::i0" in r.stdout and "TORCH_MUSA_FALLBACK=error" in r.stdout
+
+
+def test_coverage_cli_json(subpython):
+    r = subpython("import sys; from torch_musa.ops.__main__ import main; sys.exit(main(['--json', '-']))")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    data = json.loads(r.stdout[r.stdout.index("{"):])
+    assert data["profile"] == "MTT S4000" and len(data["native"]) > 250
+
+
+def test_double_cast_computes_in_float32_and_keeps_float64():
+    x = torch.randn(6, 6, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="TORCH_USE_MUSA_DOUBLE_CAST"):
+        x.musa() @ x.musa()
+    registry.set_double_cast(True)
+    try:
+        xm = x.musa()
+        y = xm @ xm
+        assert y.dtype == torch.float64 and y.device.type == "musa"
+        torch.testing.assert_close(y.cpu(), (x.float() @ x.float()).double())
+        xm.mul_(2)  # in-place writes float64 back
+        assert xm.dtype == torch.float64 and torch.equal(xm.cpu(), (x.float() * 2).double())
+        assert torch.equal((xm > 0).cpu(), (x > 0))  # comparisons skip the cast
+        assert torch.special.i0(xm).dtype == torch.float64  # through the fallback too
+    finally:
+        registry.set_double_cast(False)
+
+
+@pytest.mark.parametrize("kind", ["cnn", "transformer"])
+def test_double_cast_training_with_double_models(subpython, kind):
+    r = subpython(f"""
+        import torch, torch_musa
+        from torch_musa.testing.models import MODELS, make_batches
+        torch.manual_seed(0)
+        model = MODELS["{kind}"]().double().musa().eval()
+        x, y = next(make_batches("{kind}", 1))
+        x = x.double().musa() if x.is_floating_point() else x.musa()
+        loss = torch.nn.functional.cross_entropy(model(x), y.musa())
+        loss.backward()
+        print(loss.dtype, model.head[-1].weight.grad.dtype if hasattr(model.head, "__getitem__") else model.head.weight.grad.dtype)
+        ref = MODELS["{kind}"]().double().eval()
+        ref.load_state_dict({{k: v.cpu() for k, v in model.state_dict().items()}})
+        rl = torch.nn.functional.cross_entropy(ref(x.cpu()), y)
+        print(abs(rl.item() - loss.item()) < 1e-4)
+    """, {"TORCH_USE_MUSA_DOUBLE_CAST": "TRUE"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["torch.float64", "torch.float64", "True"]
+
+
+def test_op_debug_levels_and_filters(tmp_path):
+    log = op_debug.enable(5, out_dir=tmp_path, length=3, allow=["ADD"])
+    try:
+        x = torch.arange(10.0, device="musa")
+        x + x
+        x * 2  # filtered out
+    finally:
+        op_debug.disable()
+    text = (tmp_path / "full_log.txt").read_text()
+    assert "aten::add.Tensor" in text and "aten::mul" not in text
+    assert "(10,) float32 musa:0" in text and "min=0 max=18" in text and "values=[0.0, 2.0, 4.0] ..." in text
+    folders = [p.name for p in tmp_path.iterdir() if p.is_dir()]
+    assert folders == ["000001_aten.add.Tensor"]
+    with pytest.raises(ValueError, match="cannot be used together"):
+        op_debug.OpDebugLogger(1, out_dir=tmp_path, allow=["a"], deny=["b"])
+
+
+def test_op_debug_from_environment(subpython, tmp_path):
+    r = subpython("""
+        import torch, torch_musa
+        x = torch.ones(3, device="musa")
+        (x + x).relu()
+    """, {"TORCH_MUSA_OP_DEBUG": "1", "TORCH_MUSA_OP_DEBUG_DIR": str(tmp_path),
+          "TORCH_MUSA_OP_DEBUG_BLACK_LIST": "relu"})
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "full_log.txt").read_text()
+    assert "aten::add.Tensor" in text and "relu" not in text and "min=" not in text

@@ -1,0 +1,157 @@
+#include "host_call.h"
+
+#include <ATen/Functions.h>
+
+#include <atomic>
+#include <mutex>
+#include <unordered_set>
+
+namespace torch_musa {
+
+namespace {
+std::mutex g_policy_mu;
+std::unordered_set<std::string> g_dtype_exempt;
+std::atomic<bool> g_double_cast{false};
+std::atomic<DebugHook> g_debug_hook{nullptr};
+
+bool exempt(const char* op) {
+  std::lock_guard<std::mutex> g(g_policy_mu);
+  return g_dtype_exempt.count(op) > 0;
+}
+
+bool is_double(c10::ScalarType t) {
+  return t == at::kDouble || t == at::kComplexDouble;
+}
+}  // namespace
+
+void set_dtype_exempt_ops(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> g(g_policy_mu);
+  g_dtype_exempt = {names.begin(), names.end()};
+}
+void set_double_cast(bool on) { g_double_cast = on; }
+bool double_cast_enabled() { return g_double_cast.load(std::memory_order_relaxed); }
+DebugHook debug_hook() { return g_debug_hook.load(std::memory_order_relaxed); }
+void set_debug_hook(DebugHook hook) { g_debug_hook = hook; }
+
+HostCall::HostCall(const char* op, const char* overload) : op_(op), overload_(overload) {}
+
+std::string HostCall::op_name() const {
+  std::string s = op_;
+  if (overload_ && *overload_) s += std::string(".") + overload_;
+  return s;
+}
+
+void HostCall::see(const at::Tensor& t, const char* arg, bool index_list) {
+  if (!t.defined()) return;
+  if (t.is_privateuseone()) {
+    const auto d = t.device().index();
+    if (device_ < 0) device_ = d;
+    else if (d != device_) mismatch(t, arg);
+    if (C10_UNLIKELY(!dtype_supported(t.scalar_type())) && !exempt(op_) &&
+        !(is_double(t.scalar_type()) && double_cast_enabled()))
+      unsupported(t, arg);
+  } else if (t.dim() > 0 && !index_list && !other_.defined()) {
+    other_ = t;
+    other_arg_ = arg;
+  }
+  if (device_ >= 0 && other_.defined()) mismatch(other_, other_arg_);
+}
+
+c10::DeviceIndex HostCall::device() {
+  if (device_ < 0) device_ = current_device();
+  return device_;
+}
+
+void HostCall::mismatch(const at::Tensor& t, const char* arg) {
+  TORCH_CHECK(false,
+              "Expected all tensors to be on the same device, but found at "
+              "least two devices, musa:", int(device_), " and ", t.device(),
+              "! (argument '", arg, "' of ", op_name(), "; move it with .to('musa:",
+              int(device_), "'))");
+}
+
+void HostCall::unsupported(const at::Tensor& t, const char* arg) {
+  const bool dbl = is_double(t.scalar_type());
+  TORCH_CHECK(false, op_name(), ": dtype ", t.scalar_type(), " (argument '", arg,
+              "') is not supported by the musa hardware profile ",
+              config().profile, ".",
+              dbl ? " Set TORCH_USE_MUSA_DOUBLE_CAST=1 to compute float64 in "
+                    "float32, or pick a profile with float64 "
+                    "(TORCH_MUSA_PROFILE=s5000)."
+                  : " Use a supported dtype, or a profile that has it "
+                    "(TORCH_MUSA_PROFILE).");
+}
+
+at::Tensor HostCall::to_host(const at::Tensor& t, bool written) {
+  if (!t.defined() || !t.is_privateuseone()) return t;
+  at::Tensor h = host_alias(t);
+  bool cast = false;
+  if (C10_UNLIKELY(is_double(t.scalar_type()) && !dtype_supported(t.scalar_type()) &&
+                   double_cast_enabled() && !exempt(op_))) {
+    h = h.to(t.scalar_type() == at::kDouble ? at::kFloat : at::kComplexFloat);
+    cast = downcast_ = true;
+  }
+  aliases_.push_back({h, t, written, cast});
+  return h;
+}
+
+at::Generator HostCall::host_generator(const std::optional<at::Generator>& g) {
+  if (!g.has_value() || !g->defined())
+    return host_generator_of(default_generator(device()));
+  TORCH_CHECK(g->device().is_privateuseone(),
+              "Expected a 'musa' device type for generator but found '",
+              g->device().type(), "' (", op_name(), ")");
+  return host_generator_of(*g);
+}
+
+void HostCall::sync_written() {
+  for (const Alias& a : aliases_) {
+    if (!a.written) continue;
+    c10::TensorImpl* m = a.musa.unsafeGetTensorImpl();
+    c10::TensorImpl* h = a.host.unsafeGetTensorImpl();
+    if (a.cast) {  // computed in float32: write the values back as float64
+      if (m->sizes() != h->sizes()) a.musa.resize_(h->sizes());
+      host_alias(a.musa).copy_(a.host);
+      continue;
+    }
+    const c10::Storage& hs = h->storage();
+    const c10::Storage& ms = m->storage();
+    if (hs.data() != ms.data() || hs.nbytes() != ms.nbytes()) {
+      c10::Storage fresh = adopt_storage(a.host, device(), 1);
+      ms.unsafeGetStorageImpl()->set_data_ptr_noswap(
+          std::move(fresh.unsafeGetStorageImpl()->mutable_data_ptr()));
+      ms.unsafeGetStorageImpl()->set_nbytes(fresh.nbytes());
+    }
+    if (m->sizes() != h->sizes() || m->strides() != h->strides() ||
+        m->storage_offset() != h->storage_offset())
+      m->set_sizes_and_strides(h->sizes(), h->strides(), h->storage_offset());
+  }
+}
+
+const at::Tensor* HostCall::original_of(const at::Tensor& host) const {
+  for (const Alias& a : aliases_)
+    if (a.host.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return &a.musa;
+  return nullptr;
+}
+
+at::Tensor HostCall::to_musa(const at::Tensor& t, int refs) {
+  if (!t.defined() || !t.device().is_cpu()) return t;
+  if (const at::Tensor* orig = original_of(t)) return *orig;
+  if (C10_UNLIKELY(downcast_) && (t.scalar_type() == at::kFloat ||
+                                  t.scalar_type() == at::kComplexFloat)) {
+    at::Tensor up = t.to(t.scalar_type() == at::kFloat ? at::kDouble : at::kComplexDouble);
+    return musa_tensor_over(adopt_storage(up, device(), 1), up);
+  }
+  if (!t.has_storage()) return t;
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  for (const Alias& a : aliases_)
+    if (!a.cast && a.host.storage().unsafeGetStorageImpl() == s)
+      return musa_tensor_over(a.musa.storage(), t);
+  for (auto& [host, musa] : adopted_)
+    if (host == s) return musa_tensor_over(musa, t);
+  c10::Storage ms = adopt_storage(t, device(), refs);
+  adopted_.emplace_back(s, ms);
+  return musa_tensor_over(ms, t);
+}
+
+}  // namespace torch_musa

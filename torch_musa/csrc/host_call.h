@@ -1,0 +1,92 @@
+// One op call served by a host kernel: the checks, the aliasing of musa
+// arguments, the device-side view of the results. Shared by the boxed
+// fallback (fallback.cpp) and the unboxed per-op wrappers (host_kernel.h).
+#pragma once
+
+#include "allocator.h"
+#include "generator.h"
+#include "host_alias.h"
+#include "runtime.h"
+
+#include <ATen/Tensor.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_musa {
+
+// Policy set from Python (ops/dtype_policy.py, TORCH_USE_MUSA_DOUBLE_CAST).
+void set_dtype_exempt_ops(const std::vector<std::string>& names);
+void set_double_cast(bool on);
+bool double_cast_enabled();
+
+// Op debug logging (TORCH_MUSA_OP_DEBUG): a Python callback, called with the
+// op name, its arguments and its results. Null when off.
+using DebugHook = void (*)(const char* op, const std::vector<c10::IValue>& args,
+                           const std::vector<c10::IValue>& results);
+DebugHook debug_hook();
+void set_debug_hook(DebugHook hook);
+
+// Makes the op's device current while it runs (an entry's device_guard).
+class DeviceSwitch {
+ public:
+  DeviceSwitch(c10::DeviceIndex d, bool on) : prev_(current_device()), on_(on && d != prev_) {
+    if (on_) set_current_device(d);
+  }
+  ~DeviceSwitch() {
+    if (on_) restore_current_device(prev_);
+  }
+
+ private:
+  c10::DeviceIndex prev_;
+  bool on_;
+};
+
+class HostCall {
+ public:
+  // `op` is "aten::add" style (no overload), used for messages and policy.
+  explicit HostCall(const char* op, const char* overload = "");
+
+  // Pass 1: every tensor argument, to find the device and check it.
+  void see(const at::Tensor& t, const char* arg, bool index_list = false);
+  c10::DeviceIndex device();
+
+  // Pass 2: host versions of arguments.
+  at::Tensor to_host(const at::Tensor& t, bool written);
+  at::Generator host_generator(const std::optional<at::Generator>& g);
+
+  // After the kernel.
+  void sync_written();
+  // A host result as musa: an argument, a view of one, or adopted memory.
+  at::Tensor to_musa(const at::Tensor& host, int refs_on_stack = 1);
+  // The musa argument that `host` stands for, or nullptr.
+  const at::Tensor* original_of(const at::Tensor& host) const;
+  bool downcast() const { return downcast_; }
+
+  std::string op_name() const;
+
+ private:
+  struct Alias {
+    at::Tensor host;
+    at::Tensor musa;
+    bool written;
+    bool cast;  // float64 computed in float32 (double cast)
+  };
+  [[noreturn]] void mismatch(const at::Tensor& t, const char* arg);
+  [[noreturn]] void unsupported(const at::Tensor& t, const char* arg);
+
+  const char* op_;
+  const char* overload_;
+  c10::DeviceIndex device_ = -1;
+  at::Tensor other_;
+  const char* other_arg_ = nullptr;
+  bool downcast_ = false;
+  c10::SmallVector<Alias, 4> aliases_;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;
+};
+
+}  // namespace torch_musa

@@ -1,0 +1,229 @@
+// Unboxed per-op wrappers: `HostKernel<at::_ops::add_Tensor>::call` has the
+// op's own C++ signature, turns musa arguments into host aliases, calls the
+// host (CPU) kernel through `Op::redispatch`, and maps the results back. The
+// code generator (ops/codegen.py) registers one for each op that
+// musa_functions.yaml declares; ops outside it take the boxed fallback.
+#pragma once
+
+#include "host_call.h"
+
+#include <ATen/core/IListRef.h>
+#include <ATen/core/List.h>
+
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace torch_musa::host_kernel {
+
+// ---- pass 1: see every tensor ----------------------------------------------
+template <class T> inline void see(HostCall&, const T&) {}
+inline void see(HostCall& c, const at::Tensor& t) { c.see(t, "input"); }
+inline void see(HostCall& c, const std::optional<at::Tensor>& t) {
+  if (t) c.see(*t, "input");
+}
+inline void see(HostCall& c, at::TensorList ts) {
+  for (const auto& t : ts) c.see(t, "input");
+}
+inline void see(HostCall& c, const at::ITensorListRef& ts) {
+  for (const auto& t : ts) c.see(t, "input");
+}
+inline void see(HostCall& c, const c10::List<std::optional<at::Tensor>>& ts) {
+  for (const std::optional<at::Tensor> t : ts)
+    if (t) c.see(*t, "indices", /*index_list=*/true);
+}
+
+// ---- pass 2: host versions of arguments --------------------------------------
+template <class T> struct Arg {  // anything that is not device data
+  T v;
+  Arg(HostCall&, T x) : v(static_cast<T>(x)) {}
+  T get() { return static_cast<T>(v); }
+};
+template <> struct Arg<const at::Tensor&> {
+  at::Tensor v;
+  Arg(HostCall& c, const at::Tensor& x) : v(c.to_host(x, false)) {}
+  const at::Tensor& get() { return v; }
+};
+template <> struct Arg<at::Tensor&> {
+  at::Tensor v;
+  Arg(HostCall& c, at::Tensor& x) : v(c.to_host(x, true)) {}
+  at::Tensor& get() { return v; }
+};
+template <> struct Arg<const std::optional<at::Tensor>&> {
+  std::optional<at::Tensor> v;
+  Arg(HostCall& c, const std::optional<at::Tensor>& x) {
+    if (x) v = c.to_host(*x, false);
+  }
+  const std::optional<at::Tensor>& get() { return v; }
+};
+template <> struct Arg<at::TensorList> {
+  std::vector<at::Tensor> v;
+  Arg(HostCall& c, at::TensorList xs) {
+    v.reserve(xs.size());
+    for (const auto& x : xs) v.push_back(c.to_host(x, false));
+  }
+  at::TensorList get() { return v; }
+};
+template <> struct Arg<const at::ITensorListRef&> {
+  std::vector<at::Tensor> v;
+  at::ITensorListRef ref;
+  Arg(HostCall& c, const at::ITensorListRef& xs) {
+    v.reserve(xs.size());
+    for (const auto& x : xs) v.push_back(c.to_host(x, false));
+    ref = at::ITensorListRef(v);
+  }
+  const at::ITensorListRef& get() { return ref; }
+};
+template <> struct Arg<const c10::List<std::optional<at::Tensor>>&> {
+  c10::List<std::optional<at::Tensor>> v;
+  Arg(HostCall& c, const c10::List<std::optional<at::Tensor>>& xs) {
+    v.reserve(xs.size());
+    for (const std::optional<at::Tensor> x : xs)
+      v.push_back(x ? std::optional<at::Tensor>(c.to_host(*x, false)) : std::nullopt);
+  }
+  const c10::List<std::optional<at::Tensor>>& get() { return v; }
+};
+template <> struct Arg<std::optional<at::Generator>> {
+  std::optional<at::Generator> v;
+  Arg(HostCall& c, std::optional<at::Generator> g) : v(c.host_generator(g)) {}
+  std::optional<at::Generator> get() { return v; }
+};
+template <> struct Arg<std::optional<at::Device>> {
+  std::optional<at::Device> v;
+  Arg(HostCall&, std::optional<at::Device> d)
+      : v(d && d->is_privateuseone() ? std::optional<at::Device>(at::kCPU) : d) {}
+  std::optional<at::Device> get() { return v; }
+};
+
+// ---- results ----------------------------------------------------------------
+struct Results {
+  HostCall& call;
+  c10::SmallVector<const at::Tensor*, 6> args;  // the caller's tensor arguments
+  c10::SmallVector<std::pair<c10::StorageImpl*, int>, 4> refs;
+
+  void count(const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return;
+    auto* s = t.storage().unsafeGetStorageImpl();
+    for (auto& [impl, n] : refs)
+      if (impl == s) { ++n; return; }
+    refs.emplace_back(s, 1);
+  }
+  int refs_of(const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return 1;
+    for (auto& [impl, n] : refs)
+      if (impl == t.storage().unsafeGetStorageImpl()) return n;
+    return 1;
+  }
+  // The caller's argument behind a host alias (in-place and out= results).
+  const at::Tensor& argument(const at::Tensor& host) {
+    const at::Tensor* orig = call.original_of(host);
+    TORCH_INTERNAL_ASSERT(orig, call.op_name(), ": result is not an argument");
+    for (const at::Tensor* a : args)
+      if (a->unsafeGetTensorImpl() == orig->unsafeGetTensorImpl()) return *a;
+    TORCH_INTERNAL_ASSERT(false, call.op_name(), ": result argument not found");
+  }
+
+  template <class R> void count_all(const R&) {}
+  void count_all(const at::Tensor& t) { count(t); }
+  void count_all(const std::vector<at::Tensor>& ts) { for (const auto& t : ts) count(t); }
+  template <class... Ts> void count_all(const std::tuple<Ts...>& t) {
+    std::apply([&](const auto&... e) { (count_all(e), ...); }, t);
+  }
+
+  template <class R> R map(R r) { return r; }  // scalars and the like
+  at::Tensor map(const at::Tensor& t) { return call.to_musa(t, refs_of(t)); }
+  std::vector<at::Tensor> map(const std::vector<at::Tensor>& ts) {
+    std::vector<at::Tensor> out;
+    out.reserve(ts.size());
+    for (const auto& t : ts) out.push_back(call.to_musa(t, refs_of(t)));
+    return out;
+  }
+};
+
+template <class R> struct MapResult {
+  static R run(Results& res, R r) { return res.map(std::move(r)); }
+};
+template <> struct MapResult<at::Tensor&> {
+  static at::Tensor& run(Results& res, at::Tensor& r) {
+    return const_cast<at::Tensor&>(res.argument(r));
+  }
+};
+template <> struct MapResult<const at::Tensor&> {
+  static const at::Tensor& run(Results& res, const at::Tensor& r) {
+    return res.argument(r);
+  }
+};
+template <class... Ts> struct MapResult<std::tuple<Ts...>> {
+  static std::tuple<Ts...> run(Results& res, std::tuple<Ts...> r) {
+    return std::apply(
+        [&](auto&&... e) {
+          return std::tuple<Ts...>(MapResult<Ts>::run(res, static_cast<Ts>(e))...);
+        },
+        r);
+  }
+};
+
+template <class T> void collect(Results&, const T&) {}
+inline void collect(Results& r, const at::Tensor& t) { r.args.push_back(&t); }
+
+template <class T> c10::IValue debug_value(const T&) { return c10::IValue(); }
+inline c10::IValue debug_value(const at::Tensor& t) { return t; }
+inline c10::IValue debug_value(const std::optional<at::Tensor>& t) {
+  return t ? c10::IValue(*t) : c10::IValue();
+}
+inline c10::IValue debug_value(const std::vector<at::Tensor>& ts) { return ts; }
+template <class... Ts> c10::IValue debug_value(const std::tuple<Ts...>& t) {
+  std::vector<c10::IValue> out;
+  std::apply([&](const auto&... e) { (out.push_back(debug_value(e)), ...); }, t);
+  return c10::ivalue::Tuple::create(std::move(out));
+}
+
+template <class Op, class Sig = typename Op::schema, bool Guard = true>
+struct HostKernel;
+
+template <class Op, class Ret, class... Args, bool Guard>
+struct HostKernel<Op, Ret(Args...), Guard> {
+  static Ret call(Args... args) {
+    HostCall c(Op::name, Op::overload_name);
+    (see(c, args), ...);
+    const auto device = c.device();
+    DeviceSwitch guard(device, Guard);
+    const DebugHook hook = debug_hook();
+    std::vector<c10::IValue> debug_args;
+    if (C10_UNLIKELY(hook)) (debug_args.push_back(debug_value(args)), ...);
+    std::tuple<Arg<Args>...> host{Arg<Args>(c, args)...};
+    Results res{c};
+    (collect(res, args), ...);
+    if constexpr (std::is_void_v<Ret>) {
+      {
+        HostKernelScope scope(device);
+        std::apply([](auto&... a) { Op::redispatch(cpu_keys(), a.get()...); }, host);
+      }
+      c.sync_written();
+      if (C10_UNLIKELY(hook)) hook(c.op_name().c_str(), debug_args, {});
+    } else {
+      auto run = [&]() -> Ret {
+        HostKernelScope scope(device);
+        return std::apply([](auto&... a) -> Ret { return Op::redispatch(cpu_keys(), a.get()...); },
+                          host);
+      };
+      Ret r = run();
+      c.sync_written();
+      res.count_all(r);
+      if constexpr (std::is_reference_v<Ret>) {
+        Ret out = MapResult<Ret>::run(res, r);
+        if (C10_UNLIKELY(hook)) hook(c.op_name().c_str(), debug_args, {debug_value(out)});
+        return out;
+      } else {
+        Ret out = MapResult<Ret>::run(res, std::move(r));
+        if (C10_UNLIKELY(hook)) hook(c.op_name().c_str(), debug_args, {debug_value(out)});
+        return out;
+      }
+    }
+  }
+  static c10::DispatchKeySet cpu_keys() {
+    return c10::DispatchKeySet(c10::DispatchKey::CPU);
+  }
+};
+
+}  // namespace torch_musa::host_kernel
