@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import gc
 import io
 import itertools
 import functools
@@ -619,7 +620,18 @@ def _header_only(node: ast.stmt) -> ast.stmt:
 def convert_source(source: str, table: Table | None = None, *, launch: bool = False,
                    filename: str = "<string>") -> PyResult:
     """Rewrite one Python source text. Raises SyntaxError if it does not parse."""
-    t = table or load_table()
+    # Building syntax trees allocates millions of objects without cycles: the
+    # cyclic collector only slows that down (~20%).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _convert_source(source, table or load_table(), launch, filename)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _convert_source(source: str, t: Table, launch: bool, filename: str) -> PyResult:
     found = t.find_hits(source) if any(w in source for w in t.trigger_plain) else []
     if not found and not launch:
         return PyResult(source)
