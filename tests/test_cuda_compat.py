@@ -27,10 +27,17 @@ def python(code, env=None, timeout=180):
 API = r'''
 import io, os, warnings
 import torch
+import torch_musa
+# As torch_musa/__init__ imports it (torch_musa still initialising): importing
+# does not enable; maybe_enable_from_env() decides.
+torch_musa.__spec__._initializing = True
 import torch_musa.cuda_compat as cc
+torch_musa.__spec__._initializing = False
 from torch_musa.utils.musa_converter import review_items
 
-assert cc.is_enabled()
+assert not cc.is_enabled()
+os.environ["TORCH_MUSA_CUDA_COMPAT"] = "1"
+assert cc.maybe_enable_from_env() and cc.is_enabled()
 # torch.cuda answers from torch.musa
 assert torch.cuda.is_available() and torch.cuda.device_count() == torch.musa.device_count() == 2
 assert torch.cuda.get_device_name(0) == torch.musa.get_device_name(0)
