@@ -61,6 +61,15 @@ _INF = math.inf
 _graph_task_id = torch._C._current_graph_task_id
 
 
+def _inf_norm(t: torch.Tensor) -> torch.Tensor:
+    """max |t| on the device; on CPU when the device cannot compute the dtype (float64 on
+    a musa profile without it)."""
+    try:
+        return t.abs().amax()
+    except RuntimeError:
+        return t.detach().to("cpu").abs().amax()
+
+
 def _skey(t: torch.Tensor) -> int:
     try:
         return t.untyped_storage()._cdata
@@ -126,7 +135,7 @@ class NanInfTracker(_WindowedMode):
     def __init__(self, enabled=True, target_list=None, white_list=None, enable_ranks=None,
                  should_log_to_file=False, output_dir=None, dump_error_data=False, start_step=0,
                  end_step=None, *, check_every=1024, verbose=True, raise_on_error=None,
-                 source_lines=True, max_printed=10, batch=32) -> None:
+                 source_lines=True, max_printed=10, batch=64) -> None:
         super().__init__(enabled, target_list, white_list, enable_ranks, should_log_to_file,
                          output_dir, start_step, end_step, verbose)
         self.white_list = OpSet(list(NAN_SKIP) + list(white_list or []))
@@ -140,6 +149,10 @@ class NanInfTracker(_WindowedMode):
         self._flag_parts: list = []                  # (device vector of inf-norms, flag indices)
         self._nflag = 0
         self.batch = max(1, int(batch))
+        self._pending_bytes = 0
+        # outputs are held (not copied) until reduced: at most `batch` of them and this many
+        # bytes that would otherwise have been freed
+        self.max_pending_bytes = 256 << 20
         self._recs: list[_Rec] = []
         self._bad: dict[int, str] = {}          # storage id -> "nan" | "inf" | "explicit"
         self._seq = 0
@@ -216,6 +229,7 @@ class NanInfTracker(_WindowedMode):
                     and not t.is_meta:
                 pending.append(t if not t.is_complex() else torch.view_as_real(t))
                 out_keys.append(_skey(t))
+                self._pending_bytes += t.nbytes
         nf = len(out_keys)
         if not nf:
             return out
@@ -258,13 +272,14 @@ class NanInfTracker(_WindowedMode):
         self.counts["checked"] += 1
         if len(self._recs) >= self.check_every:
             self.flush()
-        elif len(pending) >= self.batch:
+        elif len(pending) >= self.batch or self._pending_bytes > self.max_pending_bytes:
             self._reduce_pending()
         return out
 
     def _reduce_pending(self) -> None:
         """One fused device reduction (inf-norm: NaN stays NaN, +-Inf gives Inf) per device."""
         pending, self._pending = self._pending, []
+        self._pending_bytes = 0
         base = self._nflag - len(pending)
         by_dev: dict = {}
         for j, t in enumerate(pending):
@@ -272,13 +287,19 @@ class NanInfTracker(_WindowedMode):
         for idxs in by_dev.values():
             ts = [pending[j] for j in idxs]
             try:
-                norms = torch._foreach_norm(ts, math.inf)
-            except Exception:  # noqa: BLE001 - no foreach kernel: one reduction per tensor
-                norms = [t.abs().amax() for t in ts]
-            dt = norms[0].dtype
-            if any(n.dtype != dt for n in norms):
-                norms = [n.float() for n in norms]
-            self._flag_parts.append((torch.stack(norms), [base + j for j in idxs]))
+                norms = list(torch._foreach_norm(ts, math.inf))
+            except Exception:  # noqa: BLE001 - no foreach kernel for these: one by one
+                norms = [_inf_norm(t) for t in ts]
+            groups: dict = {}
+            for j, nrm in zip(idxs, norms):
+                groups.setdefault(nrm.device, ([], []))
+                groups[nrm.device][0].append(nrm)
+                groups[nrm.device][1].append(base + j)
+            for ns, ids in groups.values():
+                dt = ns[0].dtype
+                if any(n.dtype != dt for n in ns):
+                    ns = [n.float() for n in ns]
+                self._flag_parts.append((torch.stack(ns), ids))
 
     # ------------------------------------------------------------------ checking
     def flush(self) -> bool:
