@@ -2,6 +2,8 @@
 
 Modes, per model (the transformer LM and the CNN of examples/debug_tools.py):
   off                 plain training step
+  dispatch only       an empty TorchDispatchMode: the floor any dispatch-level
+                      tool pays (Python entered once per aten op)
   nan                 NanInfTracker (device-side flags, one read per step)
   nan+modules         NanInfTracker with open_module_tracker (module paths)
   nan sync/op         NanInfTracker(check_every=1): a host read after every op,
@@ -28,6 +30,7 @@ import sys
 import types
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 try:
@@ -70,6 +73,11 @@ def build(model: str, size: str, device: str):
     return m, (lambda: ex.cnn_step(m, opt, x, y))
 
 
+class _Empty(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
 def _sync(device):
     mod = getattr(torch, torch.device(device).type, None)
     if mod is not None and hasattr(mod, "synchronize"):
@@ -81,6 +89,8 @@ def time_mode(mode: str, model, step, steps: int, device: str) -> float:
     handle = open_module_tracker(model) if mode in ("nan+modules",) else None
     if mode == "off":
         tool = contextlib.nullcontext()
+    elif mode == "dispatch only":
+        tool = _Empty()
     elif mode in ("nan", "nan+modules"):
         tool = NanInfTracker(verbose=False)
     elif mode == "nan sync/op":
@@ -96,7 +106,7 @@ def time_mode(mode: str, model, step, steps: int, device: str) -> float:
                 t0 = time.perf_counter()
                 for _ in range(steps):
                     step()
-                    if t is not None:
+                    if hasattr(t, "step"):
                         t.step()
                 _sync(device)
                 dt = time.perf_counter() - t0
@@ -119,7 +129,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    modes = ["off", "nan", "nan+modules", "nan sync/op"] + ([] if args.no_compare else ["compare"])
+    modes = ["off", "dispatch only", "nan", "nan+modules", "nan sync/op"] + (
+        [] if args.no_compare else ["compare"])
     results = {}
     for name in args.models.split(","):
         model, step = build(name, args.size, args.device)
@@ -129,7 +140,8 @@ def main(argv=None):
         for r in range(args.rounds):
             order = modes if r % 2 == 0 else modes[::-1]
             for m in order:
-                times[m].append(time_mode(m, model, step, args.steps, args.device))
+                steps = args.steps if m != "compare" else 1
+                times[m].append(time_mode(m, model, step, steps, args.device))
         results[name] = {m: statistics.median(v) for m, v in times.items()}
         results[name]["_spread"] = {m: (min(v), max(v)) for m, v in times.items()}
 

@@ -3,8 +3,8 @@
 ``open_module_tracker(model)`` hooks every submodule of ``model``. While a
 forward runs, the innermost module's attribute path (``model.layers.3.attn.q_proj``)
 is the context of each op; in backward the context comes from gradient hooks on
-the module's outputs (entered when their gradient is ready) and inputs (left when
-the gradient w.r.t. the inputs is computed). Nothing grows with the number of
+the module's output (entered when its gradient arrives) and input (left when the
+gradient w.r.t. the input is computed). Nothing grows with the number of
 steps: hook handles are not kept (they die with the autograd graph).
 """
 from __future__ import annotations
@@ -12,9 +12,8 @@ from __future__ import annotations
 import weakref
 
 import torch
-from torch.autograd.graph import register_multi_grad_hook
 
-from ._common import flatten_tensors, format_frame, user_frame
+from ._common import format_frame, user_frame
 
 
 class _State:
@@ -118,32 +117,49 @@ def open_module_tracker(module: torch.nn.Module, root_name: str = "model") -> Mo
     return ModuleTrackerHandle(handles, root_name)
 
 
-def _grad_tensors(obj):
-    return [t for t in flatten_tensors(obj) if t.requires_grad]
+def _first_grad_tensor(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.requires_grad else None
+    if isinstance(obj, (list, tuple)):
+        for x in obj:
+            t = _first_grad_tensor(x)
+            if t is not None:
+                return t
+    elif isinstance(obj, dict):
+        return _first_grad_tensor(list(obj.values()))
+    return None
 
 
 def _make_pre(path: str):
+    st = STATE
+
+    def leave_bw(grad):
+        st._pop_bw(path)
+
     def pre(mod, args):
-        st = STATE
         if not st.fwd and torch._C._current_graph_task_id() == -1:
             st.bwd.clear()
         st.fwd.append(path)
         st.call_site[path] = format_frame(user_frame(2))
         if torch.is_grad_enabled():
-            ins = _grad_tensors(args)
-            if ins:
-                register_multi_grad_hook(ins, lambda *_: st._pop_bw(path), mode="all")
+            t = _first_grad_tensor(args)
+            if t is not None:           # its gradient is ready: the module's backward is done
+                t.register_hook(leave_bw)
     return pre
 
 
 def _make_post(path: str):
+    st = STATE
+
+    def enter_bw(grad):
+        st._push_bw(path)
+
     def post(mod, args, out):
-        st = STATE
         if path in st.fwd:
             while st.fwd and st.fwd.pop() != path:
                 pass
         if torch.is_grad_enabled():
-            outs = _grad_tensors(out)
-            if outs:
-                register_multi_grad_hook(outs, lambda *_: st._push_bw(path), mode="any")
+            t = _first_grad_tensor(out)
+            if t is not None:           # the gradient of its output arrives: backward enters
+                t.register_hook(enter_bw)
     return post
