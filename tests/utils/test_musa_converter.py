@@ -40,6 +40,8 @@ def out(src, **kw):
     ('s = ["a.cpp", "kernels/k.cu", "k.cuh"]\n', 's = ["a.cpp", "kernels/k.mu", "k.muh"]\n'),
     ("s = torch.cuda.amp.GradScaler(enabled=True)\n", 's = torch.amp.GradScaler("musa", enabled=True)\n'),
     ("with torch.cuda.amp.autocast():\n    pass\n", 'with torch.autocast("musa"):\n    pass\n'),
+    ("with torch.cuda.amp.autocast(True, torch.bfloat16):\n    pass\n",
+     'with torch.autocast("musa", enabled=True, dtype=torch.bfloat16):\n    pass\n'),
     ("# call torch.cuda.empty_cache() here\n", "# call torch.musa.empty_cache() here\n"),
     ("x = 1  # then x.cuda()\n", "x = 1  # then x.musa()\n"),
     ("a = torch.profiler.ProfilerActivity.CUDA\n", "a = torch.profiler.ProfilerActivity.MUSA\n"),

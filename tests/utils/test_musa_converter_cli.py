@@ -176,3 +176,13 @@ def test_usage_errors(tree, capsys):
     assert cli.main(["-r", str(tree / "missing")]) == 2
     assert cli.main(["-r", str(tree), "--dry-run", "-o", str(tree) + "_out"]) == 2
     assert cli.main(["-r", str(tree), "-l", "no_such_script.py"]) == 2
+
+
+def test_custom_backup_dir_inside_root_is_not_converted(tree):
+    bk = tree / "bk"
+    assert cli.main(["-r", str(tree), "--backup-dir", str(bk), "-q"]) == 0
+    assert read(bk / "train.py") == GOOD
+    write(str(tree / "more.py"), GOOD)
+    assert cli.main(["-r", str(tree), "--backup-dir", str(bk), "-q"]) == 0
+    assert read(bk / "train.py") == GOOD          # the backup itself was left alone
+    assert read(bk / "more.py") == GOOD and read(tree / "more.py") == GOOD_OUT

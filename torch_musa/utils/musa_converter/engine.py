@@ -1,6 +1,7 @@
 """Walking a tree, converting files in parallel, writing results and backups."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import multiprocessing
 import os
@@ -279,6 +280,8 @@ def process_file(job: tuple[str, str, str]) -> FileResult:
 def run(opts: Options) -> RunResult:
     t0 = time.perf_counter()
     t = load_table()
+    if opts.backup_dir:   # never convert the backups themselves
+        opts = dataclasses.replace(opts, excluded=tuple(opts.excluded) + (opts.backup_dir,))
     jobs, early, root_dir = collect(opts)
     backup_dir = None
     if not opts.dry_run and opts.backup:

@@ -122,6 +122,12 @@ class _Rewriter(cst.CSTTransformer):
         if rule is not None:
             self.counts["py.call:" + rule["source"]] += 1
             args = list(updated.args)
+            names = rule.get("keywords") or ()
+            for i, a in enumerate(args):
+                if i < len(names) and a.keyword is None and not a.star:
+                    args[i] = a.with_changes(keyword=cst.Name(names[i]),
+                                             equal=cst.AssignEqual(cst.SimpleWhitespace(""),
+                                                                   cst.SimpleWhitespace("")))
             if rule.get("prepend"):
                 args.insert(0, cst.Arg(value=_expr(rule["prepend"])))
             return updated.with_changes(func=_expr(rule["to"]), args=args)
