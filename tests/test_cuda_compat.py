@@ -48,6 +48,12 @@ with torch.cuda.device(1):
 with torch.cuda.device(torch.device("cuda:1")):
     assert torch.musa.current_device() == 1
 torch.cuda.manual_seed_all(0); torch.cuda.synchronize(); torch.cuda.empty_cache()
+torch.cuda.nvtx.range_push("step"); torch.cuda.nvtx.range_pop()
+with torch.cuda.nvtx.range("fwd"):
+    pass
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record(); torch.ones(4, device="cuda").sum(); end.record(); end.synchronize()
+assert start.elapsed_time(end) >= 0
 
 # device arguments
 dev = lambda t: str(t.device)

@@ -172,6 +172,20 @@ def _patch_torch_cuda():
     _set(torch.cuda, "is_initialized", lambda: torch.musa.is_initialized())
 
 
+def _patch_nvtx():
+    """NVTX annotations are no-ops (the CPU build of PyTorch raises on them)."""
+    import contextlib
+    import torch.cuda.nvtx as nvtx
+    if getattr(torch._C, "_nvtx", None) is not None:
+        return
+    _set(nvtx, "range_push", lambda msg: 0)
+    _set(nvtx, "range_pop", lambda: 0)
+    _set(nvtx, "range_start", lambda msg: 0)
+    _set(nvtx, "range_end", lambda range_id: None)
+    _set(nvtx, "mark", lambda msg: None)
+    _set(nvtx, "range", lambda msg, *a, **k: contextlib.nullcontext())
+
+
 class _Autocast(torch.amp.autocast_mode.autocast):
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         super().__init__(_dev_type(device_type), dtype=dtype, enabled=enabled,
@@ -361,6 +375,7 @@ def enable() -> None:
             return
         set_names = apply_env_aliases()
         _patch_torch_cuda()
+        _patch_nvtx()
         _patch_amp()
         _patch_factories()
         _patch_distributed()
