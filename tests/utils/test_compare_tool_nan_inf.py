@@ -186,3 +186,15 @@ def test_dump_and_replay_inplace(tmp_path):
     assert not bad
     assert t.dumped == ["torch.ops.aten.log_"]
     assert os.path.exists(tmp_path / "nan_inf_report_rank0.jsonl")
+
+
+def test_float64_tensors_on_a_profile_without_float64():
+    """The device may refuse float64 compute: such outputs are reduced on CPU instead."""
+    src = torch.tensor([1.0, float("nan")], dtype=torch.float64)
+    with NanInfTracker() as t:
+        d = src.to(DEV)                  # a copy is allowed; arithmetic may not be
+        h = torch.ones(3, device=DEV) * 2
+        t.step()
+    assert [e["op"] for e in t.events] == ["aten._to_copy.default"]
+    assert t.events[0]["kind"] == "entered"          # the NaN was in the CPU source tensor
+    del d, h
