@@ -145,7 +145,8 @@ def test_nan_entering_through_a_parameter_is_named():
     assert any("parameter model.1.weight" in b for b in e["bad_inputs"])
 
 
-def test_check_every_n_ops_and_window_and_ranks(monkeypatch):
+def test_check_every_n_ops_and_window_and_ranks(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)             # should_log_to_file without output_dir: the cwd
     x = torch.randn(8, device=DEV)
     with NanInfTracker(check_every=4) as t:
         for _ in range(10):
@@ -163,6 +164,7 @@ def test_check_every_n_ops_and_window_and_ranks(monkeypatch):
     assert t.counts["checked"] == 0
     with NanInfTracker(enable_ranks=[3], should_log_to_file=True, output_dir=None) as t:
         pass
+    assert (tmp_path / "nan_inf_report_rank3.txt").exists()
     with NanInfTracker(white_list=["aten.log"]) as t:
         torch.log(-x.abs() - 1).exp()
     assert [e["op"] for e in t.events] == ["aten.exp.default"]     # log unwatched: exp is first seen
