@@ -1,0 +1,490 @@
+"""``mccl``: the collective backend for ``musa`` tensors.
+
+On the host driver, device memory is host RAM, so ``mccl`` does not carry a
+collective engine of its own: it runs PyTorch's Gloo on zero-copy host aliases
+of the musa tensors (``torch_musa._C._host_alias``: a CPU tensor over the same
+bytes, same sizes/strides/offset). Gloo reads and writes the musa tensors'
+memory in place; nothing is staged or copied back.
+
+How it plugs in:
+
+* ``Backend.register_backend("mccl", ..., devices=["musa"])``: the creator
+  returns a ``ProcessGroupGloo`` that the ``ProcessGroup`` keeps as its musa
+  backend, so ``init_process_group("mccl")``, ``device_id=musa:i`` and
+  ``"cpu:gloo,musa:mccl"`` build ordinary C++ process groups (DDP, FSDP2,
+  DeviceMesh, functional collectives, subgroups see nothing unusual).
+* PyTorch routes every collective through the ``c10d::*`` operators, keyed by
+  the tensors' device. The kernels below replace the stock ``PrivateUse1``
+  (musa) ones: alias the tensors, call the group's musa backend (Gloo), and
+  hand back a ``Work`` whose future yields the musa tensors.
+* Synchronous calls (``async_op=False``) wait inside the kernel, so a failure
+  is raised there, naming the collective; asynchronous ones report it from
+  ``Work.wait()`` / the future, also naming the collective.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
+
+__all__ = ["version", "is_available", "VERSION", "ENGINE"]
+
+#: Version of the mccl layer (major, minor, patch); the engine is Gloo.
+VERSION = (1, 0, 0)
+ENGINE = "gloo"
+
+_ProcessGroup = _c10d.ProcessGroup
+_ProcessGroupGloo = dist.ProcessGroupGloo
+_unbox_pg = _ProcessGroup.unbox
+_work_from_future = _c10d._create_work_from_future
+_MUSA = None  # torch.device("musa"), set at install time
+_LIB = None   # the torch.library.Library holding the kernels (kept alive)
+
+
+def version():
+    """Version of mccl as a tuple ``(major, minor, patch)``, like ``torch.cuda.nccl.version()``."""
+    return VERSION
+
+
+def is_available(tensors=None) -> bool:
+    """True when mccl can serve ``tensors`` (musa tensors, dense)."""
+    if not dist.is_available() or not dist.is_gloo_available():
+        return False
+    if tensors is None:
+        return True
+    return all(isinstance(t, torch.Tensor) and t.device.type == "musa" and t.layout == torch.strided
+               for t in tensors)
+
+
+# --------------------------------------------------------------------------- aliases
+def _load_alias():
+    from torch_musa import _C
+
+    fn = getattr(_C, "_host_alias", None)
+    if fn is None and os.environ.get("MCCL_PROTO_ALIAS"):  # TEMP prototype until _host_alias lands
+        return _proto_alias
+    if fn is None:
+        raise RuntimeError(
+            "torch_musa._C._host_alias is missing: this build of the torch_musa extension "
+            "predates the mccl backend; rebuild torch_musa")
+    return fn
+
+
+_host_alias = None
+
+
+def _proto_alias(t):  # TEMP: zero-copy via ctypes, until torch_musa._C._host_alias lands
+    import ctypes
+    st = t.untyped_storage()
+    n = st.nbytes()
+    if n == 0:
+        return torch.empty(t.shape, dtype=t.dtype)
+    buf = (ctypes.c_char * n).from_address(st.data_ptr())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = torch.frombuffer(buf, dtype=torch.uint8)
+    out = base.view(t.dtype).as_strided(t.size(), t.stride(), t.storage_offset())
+    out._mccl_owner = t
+    return out
+
+
+def _a(t):
+    """Host alias of a musa tensor (zero-copy); other tensors pass through."""
+    if t.device.type == "musa":
+        return _host_alias(t)
+    return t
+
+
+def _al(ts):
+    return [_host_alias(t) if t.device.type == "musa" else t for t in ts]
+
+
+def _all(tss):
+    return [[_host_alias(t) if t.device.type == "musa" else t for t in ts] for ts in tss]
+
+
+# --------------------------------------------------------------------------- errors
+class MCCLError(RuntimeError):
+    """A collective on the mccl backend failed (a peer died, timed out or disagreed)."""
+
+
+def _describe(tensors):
+    out = []
+    for t in tensors:
+        if isinstance(t, (list, tuple)):
+            out.append(_describe(t))
+        elif isinstance(t, torch.Tensor):
+            out.append(f"{tuple(t.shape)}:{str(t.dtype).replace('torch.', '')}")
+    return "[" + ", ".join(out) + "]"
+
+
+def _named_error(name, backend, tensors, exc):
+    if isinstance(exc, MCCLError):
+        return exc
+    msg = str(exc)
+    try:
+        where = f"rank {backend.rank()} of {backend.size()}"
+    except Exception:  # noqa: BLE001
+        where = "this rank"
+    hint = ""
+    low = msg.lower()
+    if "timed out" in low or "timeout" in low:
+        hint = (" (a peer did not join the collective within the process group timeout: it may "
+                "have died, be stuck, or be running a different collective)")
+    elif "connection closed" in low or "connection reset" in low or "broken pipe" in low:
+        hint = " (a peer process exited or closed its connection)"
+    elif "preamble" in low or "size mismatch" in low or "mismatch" in low or "nbytes" in low:
+        hint = (" (the ranks passed tensors of different shapes or dtypes; run with "
+                "TORCH_DISTRIBUTED_DEBUG=DETAIL for a cross-rank check)")
+    return MCCLError(f"mccl {name} failed on {where}, local tensors {_describe(tensors)}{hint}: {msg}")
+
+
+def _resolved(name, backend, tensors, value, fut):
+    try:
+        fut.value()
+    except Exception as exc:  # noqa: BLE001
+        raise _named_error(name, backend, tensors, exc) from exc
+    return value
+
+
+def _finish(name, backend, work, async_op, value, tensors):
+    """Sync: wait here (errors name the collective). Async: a Work whose future yields ``value``."""
+    if not async_op:
+        try:
+            work.wait()
+        except Exception as exc:  # noqa: BLE001
+            raise _named_error(name, backend, tensors, exc) from exc
+        return work.boxed()
+    fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value))
+    return _work_from_future(fut).boxed()
+
+
+_REDUCE_OPS = {int(v): _c10d.ReduceOp(v) for k, v in _c10d.ReduceOp.RedOpType.__members__.items()
+               if k != "PREMUL_SUM"}
+
+
+def _reduce_op(op, name):
+    """The pybind ReduceOp for the TorchScript one the dispatcher hands the kernels."""
+    code = op.op()
+    try:
+        return _REDUCE_OPS[code]
+    except KeyError:
+        raise MCCLError(f"mccl {name}: ReduceOp {_c10d.ReduceOp.RedOpType(code).name} is not supported "
+                        f"(mccl runs Gloo, which supports SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR)") from None
+
+
+def _backend(pg):
+    return _unbox_pg(pg)._get_backend(_MUSA)
+
+
+def _timeout(opts, timeout):
+    if timeout is not None and timeout >= 0:
+        opts.timeout = datetime.timedelta(milliseconds=timeout)
+    return opts
+
+
+def _check_same(name, tensors, what="tensors"):
+    """Local consistency: every tensor of one call shares dtype and device (like NCCL)."""
+    if len(tensors) > 1:
+        d0 = tensors[0].dtype
+        for t in tensors[1:]:
+            if t.dtype != d0:
+                raise MCCLError(f"mccl {name}: {what} have different dtypes ({d0} vs {t.dtype})")
+
+
+# --------------------------------------------------------------------------- kernels
+def _allreduce_(tensors, process_group, reduce_op, sparse_indices=None, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.AllreduceOptions()
+    o.reduceOp = _reduce_op(reduce_op, "all_reduce")
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    if sparse_indices is not None or any(t.layout != torch.strided for t in tensors):
+        raise MCCLError("mccl all_reduce: sparse musa tensors are not supported")
+    w = b.allreduce(_al(tensors), o)
+    return tensors, _finish("all_reduce", b, w, async_op, tensors, tensors)
+
+
+def _allreduce_coalesced_(tensors, process_group, reduce_op, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.AllreduceCoalescedOptions()
+    o.reduceOp = _reduce_op(reduce_op, "all_reduce_coalesced")
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    w = b.allreduce_coalesced(_al(tensors), o)
+    return _finish("all_reduce_coalesced", b, w, async_op, tensors, tensors)
+
+
+def _broadcast_(tensors, process_group, root_rank, root_tensor, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.BroadcastOptions()
+    o.rootRank = root_rank
+    o.rootTensor = root_tensor
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    w = b.broadcast(_al(tensors), o)
+    return tensors, _finish("broadcast", b, w, async_op, tensors, tensors)
+
+
+def _reduce_(tensors, process_group, reduce_op, root_rank, root_tensor, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.ReduceOptions()
+    o.reduceOp = _reduce_op(reduce_op, "reduce")
+    o.rootRank = root_rank
+    o.rootTensor = root_tensor
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    w = b.reduce(_al(tensors), o)
+    return _finish("reduce", b, w, async_op, tensors, tensors)
+
+
+def _allgather_(output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.AllgatherOptions()
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    for outs in output_tensors:
+        _check_same("all_gather", list(outs) + list(input_tensors), "input and output tensors")
+    w = b.allgather(_all(output_tensors), _al(input_tensors), o)
+    return output_tensors, _finish("all_gather", b, w, async_op, output_tensors, input_tensors)
+
+
+def _allgather_base_(output_tensor, input_tensor, process_group, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.AllgatherOptions()
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    _check_same("all_gather_into_tensor", [output_tensor, input_tensor], "input and output tensors")
+    w = b._allgather_base(_a(output_tensor), _a(input_tensor), o)
+    return output_tensor, _finish("all_gather_into_tensor", b, w, async_op, [output_tensor], [input_tensor])
+
+
+def _allgather_coalesced_(output_lists, input_list, process_group, async_op=True):
+    b = _backend(process_group)
+    o = _c10d.AllgatherOptions()
+    o.asyncOp = async_op
+    w = b.allgather_coalesced(_all(output_lists), _al(input_list), o)
+    return _finish("all_gather_coalesced", b, w, async_op, output_lists, input_list)
+
+
+def _allgather_into_tensor_coalesced_(outputs, inputs, process_group, async_op=True):
+    b = _backend(process_group)
+    o = _c10d.AllgatherOptions()
+    o.asyncOp = async_op
+    # Gloo has no coalesced variant of its own for every build: issue them in order.
+    ws = [b._allgather_base(_a(out), _a(inp), o) for out, inp in zip(outputs, inputs)]
+    return _finish_many("all_gather_into_tensor_coalesced", b, ws, async_op, outputs, inputs)
+
+
+def _reduce_scatter_(output_tensors, input_tensors, process_group, reduce_op, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.ReduceScatterOptions()
+    o.reduceOp = _reduce_op(reduce_op, "reduce_scatter")
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    for out, ins in zip(output_tensors, input_tensors):
+        _check_same("reduce_scatter", [out] + list(ins), "input and output tensors")
+        for t in ins:
+            if t.numel() != out.numel():
+                raise MCCLError(f"mccl reduce_scatter: every input must have the output's size "
+                                f"{tuple(out.shape)}, got {tuple(t.shape)}")
+    w = b.reduce_scatter(_al(output_tensors), _all(input_tensors), o)
+    return output_tensors, _finish("reduce_scatter", b, w, async_op, output_tensors, input_tensors)
+
+
+def _reduce_scatter_base_(output_tensor, input_tensor, process_group, reduce_op, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.ReduceScatterOptions()
+    o.reduceOp = _reduce_op(reduce_op, "reduce_scatter_tensor")
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    _check_same("reduce_scatter_tensor", [output_tensor, input_tensor], "input and output tensors")
+    w = b._reduce_scatter_base(_a(output_tensor), _a(input_tensor), o)
+    return output_tensor, _finish("reduce_scatter_tensor", b, w, async_op, [output_tensor], [input_tensor])
+
+
+def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.ReduceScatterOptions()
+    o.reduceOp = _reduce_op(reduce_op, "reduce_scatter_tensor_coalesced")
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    ws = [b._reduce_scatter_base(_a(out), _a(inp), o) for out, inp in zip(outputs, inputs)]
+    return _finish_many("reduce_scatter_tensor_coalesced", b, ws, async_op, outputs, inputs)
+
+
+def _alltoall_(output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.AllToAllOptions()
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    _check_same("all_to_all", list(output_tensors) + list(input_tensors), "input and output tensors")
+    w = b.alltoall(_al(output_tensors), _al(input_tensors), o)
+    return output_tensors, _finish("all_to_all", b, w, async_op, output_tensors, input_tensors)
+
+
+def _alltoall_base_(output, input, process_group, output_split_sizes, input_split_sizes,  # noqa: A002
+                    async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.AllToAllOptions()
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    _check_same("all_to_all_single", [output, input], "input and output tensors")
+    w = b.alltoall_base(_a(output), _a(input), list(output_split_sizes), list(input_split_sizes), o)
+    return _finish("all_to_all_single", b, w, async_op, [output], [input])
+
+
+def _gather_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.GatherOptions()
+    o.rootRank = root_rank
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    w = b.gather(_all(output_tensors), _al(input_tensors), o)
+    return _finish("gather", b, w, async_op, output_tensors, input_tensors)
+
+
+def _scatter_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.ScatterOptions()
+    o.rootRank = root_rank
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    w = b.scatter(_al(output_tensors), _all(input_tensors), o)
+    return output_tensors, _finish("scatter", b, w, async_op, output_tensors, input_tensors)
+
+
+def _send(tensors, process_group, dst, tag):
+    b = _backend(process_group)
+    w = b.send(_al(tensors), dst, tag)
+    return _finish("send", b, w, True, tensors, tensors)
+
+
+def _recv_(tensors, process_group, src, tag):
+    b = _backend(process_group)
+    w = b.recv(_al(tensors), src, tag)
+    return _finish("recv", b, w, True, tensors, tensors)
+
+
+def _recv_any_source_(tensors, process_group, tag):
+    b = _backend(process_group)
+    # The Gloo work carries the source rank (Work._source_rank()): hand it back as is.
+    return b.recv_anysource(_al(tensors), tag).boxed()
+
+
+def _barrier(tensor, process_group, device_ids, async_op=True, timeout=-1):
+    b = _backend(process_group)
+    o = _c10d.BarrierOptions()
+    o.asyncOp = async_op
+    _timeout(o, timeout)
+    w = b.barrier(o)
+    return _finish("barrier", b, w, async_op, [], [])
+
+
+def _monitored_barrier_(tensor, process_group, device_ids, timeout, wait_all_ranks):
+    b = _backend(process_group)
+    b.monitored_barrier(datetime.timedelta(milliseconds=timeout), wait_all_ranks)
+
+
+def _finish_many(name, backend, works, async_op, value, tensors):
+    if not async_op:
+        for w in works:
+            try:
+                w.wait()
+            except Exception as exc:  # noqa: BLE001
+                raise _named_error(name, backend, tensors, exc) from exc
+        return (works[-1] if works else _work_from_future(_done_future(value))).boxed()
+    futs = [w.get_future() for w in works]
+    all_done = torch.futures.collect_all(futs)
+
+    def _cb(f):
+        for sub in f.value():
+            try:
+                sub.value()
+            except Exception as exc:  # noqa: BLE001
+                raise _named_error(name, backend, tensors, exc) from exc
+        return value
+
+    return _work_from_future(all_done.then(_cb)).boxed()
+
+
+def _done_future(value):
+    f = torch.futures.Future()
+    f.set_result(value)
+    return f
+
+
+_KERNELS = {
+    "allreduce_": _allreduce_,
+    "allreduce_coalesced_": _allreduce_coalesced_,
+    "broadcast_": _broadcast_,
+    "reduce_": _reduce_,
+    "allgather_": _allgather_,
+    "_allgather_base_": _allgather_base_,
+    "allgather_coalesced_": _allgather_coalesced_,
+    "allgather_into_tensor_coalesced_": _allgather_into_tensor_coalesced_,
+    "reduce_scatter_": _reduce_scatter_,
+    "_reduce_scatter_base_": _reduce_scatter_base_,
+    "reduce_scatter_tensor_coalesced_": _reduce_scatter_tensor_coalesced_,
+    "alltoall_": _alltoall_,
+    "alltoall_base_": _alltoall_base_,
+    "gather_": _gather_,
+    "scatter_": _scatter_,
+    "send": _send,
+    "recv_": _recv_,
+    "recv_any_source_": _recv_any_source_,
+    "barrier": _barrier,
+    "monitored_barrier_": _monitored_barrier_,
+}
+
+
+# --------------------------------------------------------------------------- backend
+def _create_backend(dist_opts, backend_options=None):
+    """``register_backend`` creator (extended API): a Gloo backend for the musa device."""
+    timeout = dist_opts.timeout
+    if backend_options is not None and isinstance(backend_options, _ProcessGroupGloo._Options):
+        opts = backend_options
+        opts._timeout = timeout
+        if not opts._devices:
+            opts._devices = [_ProcessGroupGloo.create_default_device()]
+        backend = _ProcessGroupGloo(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, opts)
+    else:
+        backend = _ProcessGroupGloo(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, timeout)
+    try:
+        backend.options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
+        backend.options.group_name = dist_opts.group_id
+    except Exception:  # noqa: BLE001  (informational fields)
+        pass
+    return backend
+
+
+def _install_kernels():
+    global _LIB, _MUSA, _host_alias
+    if _LIB is not None:
+        return
+    _host_alias = _load_alias()
+    _MUSA = torch.device("musa")
+    lib = torch.library.Library("c10d", "IMPL")
+    with warnings.catch_warnings():
+        # We replace the stock PrivateUse1 kernels on purpose.
+        warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
+        warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
+        for name, fn in _KERNELS.items():
+            if hasattr(torch.ops.c10d, name):
+                lib.impl(name, fn, "PrivateUse1")
+    _LIB = lib
+
+
+def install():
+    """Register ``mccl`` with torch.distributed (idempotent)."""
+    if not dist.is_available():
+        return False
+    _install_kernels()
+    if "mccl" not in dist.Backend.backend_list:
+        dist.Backend.register_backend("mccl", _create_backend, extended_api=True, devices=["musa"])
+    return True
