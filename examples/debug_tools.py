@@ -169,7 +169,7 @@ def main(argv=None):
     lib = None if args.no_plant or dev != "musa" else plant_unbiased_layer_norm()
     try:
         with CompareWithCPU(output_dir=os.path.join(args.out, "lm"), verbose=False,
-                            max_printed=3) as cmp:
+                            max_printed=2) as cmp:
             for _ in range(2):
                 lm_step(model, opt, tokens)
                 cmp.step()

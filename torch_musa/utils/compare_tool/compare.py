@@ -519,7 +519,7 @@ class CompareWithCPU(_WindowedMode):
             rows.append([op, s.checked, s.failed, fmt_err(s.max_abs), fmt_err(s.max_rel), tol,
                          s.where if s.failed else ("no cpu kernel" if s.skipped and not s.checked else "")])
         table = format_table(["op", "checked", "failed", "max_abs", "max_rel", "atol/rtol", "first failure at"], rows)
-        out = head + "\n" + table
+        out = head + ("\n" + table if rows else "")
         if hidden:
             rest = items[len(items) - hidden:]
             out += (f"\n... {hidden} more ops ({sum(v.checked for _, v in rest)} checks, "
