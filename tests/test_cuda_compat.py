@@ -88,10 +88,13 @@ with warnings.catch_warnings():
 assert torch.amp.GradScaler("cuda")._device == "musa"
 scaler = torch.amp.GradScaler("cuda", init_scale=4.0)
 w = torch.nn.Parameter(torch.ones(2, device="cuda"))
+opt = torch.optim.SGD([w], lr=0.1)
 scaled = scaler.scale((w * 2).sum())
 assert scaled.device.type == "musa" and scaled.item() == 16.0
-# (scaler.step() is not exercised: GradScaler.unscale_ computes in float64, which the
-# default musa profile (MTT S4000) rejects -- a device-side limit, see the report.)
+# GradScaler.unscale_ computes in float64: the default profile (MTT S4000) needs
+# TORCH_USE_MUSA_DOUBLE_CAST=1, which the test sets (the review list says so).
+scaled.backward(); scaler.step(opt); scaler.update()
+assert torch.allclose(w.detach().cpu(), torch.full((2,), 0.8))
 
 # torch.load: map_location strings, and checkpoints saved on a CUDA machine
 buf = io.BytesIO(); torch.save({"w": torch.arange(3.0)}, buf)
@@ -150,7 +153,7 @@ print("API-OK")
 
 def test_api_translation():
     r = python(API, env={"CUDA_VISIBLE_DEVICES": "1", "MUSA_VISIBLE_DEVICES": None,
-                         "TORCH_MUSA_CUDA_COMPAT": None})
+                         "TORCH_MUSA_CUDA_COMPAT": None, "TORCH_USE_MUSA_DOUBLE_CAST": "1"})
     assert r.returncode == 0 and "API-OK" in r.stdout, r.stderr[-3000:]
     # CUDA_VISIBLE_DEVICES was read after the runtime started in this process: it says so.
     assert "applies to child processes" in r.stderr

@@ -179,6 +179,7 @@ def test_counts_and_review():
         pass
     v = torch.version.cuda
     net = nn.DataParallel(net)
+    scaler = torch.cuda.amp.GradScaler()
     '''
     r = conv(src)
     assert r.counts["py.dotted:torch.cuda"] == 2
@@ -186,7 +187,8 @@ def test_counts_and_review():
     assert r.counts["py.string.backend"] == 1
     ids = {(x["line"], x["id"]) for x in r.review}
     assert ids == {(1, "nvml"), (2, "cpu-fallback-branch"), (3, "device-type-compare"),
-                   (5, "nccl-check"), (7, "torch-version-cuda"), (8, "data-parallel")}
+                   (5, "nccl-check"), (7, "torch-version-cuda"), (8, "data-parallel"),
+                   (9, "grad-scaler-float64")}
 
 
 def test_syntax_error_raises():

@@ -121,6 +121,15 @@ class _Rewriter(cst.CSTTransformer):
         rule = self.t.calls.get(name) if name else None
         if rule is not None:
             self.counts["py.call:" + rule["source"]] += 1
+            # The callee's own dotted rewrite (torch.cuda -> torch.musa) is replaced
+            # by this rule: do not count it twice.
+            parts = rule["source"].split(".")
+            for i in range(1, len(parts)):
+                key = "py.dotted:" + ".".join(parts[:i])
+                if key[len("py.dotted:"):] in self.t.dotted and self.counts.get(key):
+                    self.counts[key] -= 1
+                    if not self.counts[key]:
+                        del self.counts[key]
             args = list(updated.args)
             names = rule.get("keywords") or ()
             for i, a in enumerate(args):
