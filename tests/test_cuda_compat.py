@@ -125,6 +125,7 @@ if "mccl" not in dist.Backend.backend_list:      # a clear message, not "Invalid
 
 # CUDA_VISIBLE_DEVICES (set by the test) was copied for the runtime and child processes
 assert os.environ["MUSA_VISIBLE_DEVICES"] == "1"
+assert os.environ["PYTORCH_MUSA_ALLOC_CONF"] == "max_split_size_mb:64"   # CUDA-only option dropped
 from torch_musa.core import env
 assert env.visible_devices(2) == [1]
 
@@ -153,10 +154,13 @@ print("API-OK")
 
 def test_api_translation():
     r = python(API, env={"CUDA_VISIBLE_DEVICES": "1", "MUSA_VISIBLE_DEVICES": None,
-                         "TORCH_MUSA_CUDA_COMPAT": None, "TORCH_USE_MUSA_DOUBLE_CAST": "1"})
+                         "TORCH_MUSA_CUDA_COMPAT": None, "TORCH_USE_MUSA_DOUBLE_CAST": "1",
+                         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:64",
+                         "PYTORCH_MUSA_ALLOC_CONF": None})
     assert r.returncode == 0 and "API-OK" in r.stdout, r.stderr[-3000:]
     # CUDA_VISIBLE_DEVICES was read after the runtime started in this process: it says so.
     assert "applies to child processes" in r.stderr
+    assert "['expandable_segments:True'] have no musa equivalent" in r.stderr
 
 
 def _cpu_losses(name):

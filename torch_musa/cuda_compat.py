@@ -341,9 +341,25 @@ def apply_env_aliases() -> list[str]:
     out = []
     for cuda_name, musa_name in load_table().env.items():
         if cuda_name in os.environ and musa_name not in os.environ:
-            os.environ[musa_name] = os.environ[cuda_name]
+            value = os.environ[cuda_name]
+            if musa_name == "PYTORCH_MUSA_ALLOC_CONF":
+                value = _musa_alloc_conf(value)
+            os.environ[musa_name] = value
             out.append(musa_name)
     return out
+
+
+_ALLOC_OPTIONS = ("max_split_size_mb", "garbage_collection_threshold")
+
+
+def _musa_alloc_conf(spec: str) -> str:
+    keep, dropped = [], []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        (keep if item.partition(":")[0].strip() in _ALLOC_OPTIONS else dropped).append(item)
+    if dropped:
+        warnings.warn(f"torch_musa.cuda_compat: PYTORCH_CUDA_ALLOC_CONF options {dropped} have "
+                      "no musa equivalent and are ignored", stacklevel=3)
+    return ",".join(keep)
 
 
 def _check_visible_devices(set_names):

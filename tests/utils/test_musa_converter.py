@@ -180,6 +180,7 @@ def test_counts_and_review():
     v = torch.version.cuda
     net = nn.DataParallel(net)
     scaler = torch.cuda.amp.GradScaler()
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     '''
     r = conv(src)
     assert r.counts["py.dotted:torch.cuda"] == 2
@@ -188,7 +189,7 @@ def test_counts_and_review():
     ids = {(x["line"], x["id"]) for x in r.review}
     assert ids == {(1, "nvml"), (2, "cpu-fallback-branch"), (3, "device-type-compare"),
                    (5, "nccl-check"), (7, "torch-version-cuda"), (8, "data-parallel"),
-                   (9, "grad-scaler-float64")}
+                   (9, "grad-scaler-float64"), (10, "alloc-conf-options")}
 
 
 def test_syntax_error_raises():
