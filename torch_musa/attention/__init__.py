@@ -1,0 +1,211 @@
+"""Scaled-dot-product attention on musa: a math path and a tiled flash path.
+
+``register()`` installs, for musa tensors:
+
+* ``aten::_fused_sdp_choice`` (PrivateUse1): picks the backend from the
+  ``torch.nn.attention.sdpa_kernel`` flags and the flash constraints
+  (:func:`flash_constraint_failures`); returns ``SDPBackend.OVERRIDEABLE``
+  for flash, ``SDPBackend.MATH`` otherwise, and raises a RuntimeError naming
+  the failed constraints when flash is the only enabled backend.
+* ``aten::_scaled_dot_product_fused_attention_overrideable`` and its
+  ``_backward`` (PrivateUse1): the flash kernels of
+  :mod:`torch_musa.attention.flash`; autograd connects them through
+  PyTorch's own derivative formula.
+* ``aten::scaled_dot_product_attention`` (AutogradPrivateUse1 and
+  PrivateUse1): PyTorch 2.13 consults ``_fused_sdp_choice`` only through a
+  C++ DispatchStub that an out-of-tree Python backend cannot fill, so this
+  kernel does what PyTorch's composite does for an out-of-tree device: ask
+  ``_fused_sdp_choice``, then call the overrideable op (bool masks converted
+  to additive ones) or ``_scaled_dot_product_attention_math``.
+
+Flash constraints: 4-D (batch, heads, seq, head_dim) inputs, float16 or
+bfloat16 (bfloat16 only where the profile has it), one dtype for q/k/v,
+equal head dims that are a multiple of 8 and at most 128 (160 on MUSA arch
+3.x), equal batch sizes, key/value heads equal to query heads (or dividing
+them with ``enable_gqa=True``), masks bool or of the query dtype.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn.attention import SDPBackend
+
+from torch_musa.attention import flash
+from torch_musa.attention.flash import flash_attention_backward, flash_attention_forward
+
+__all__ = ["register", "flash_constraint_failures", "max_flash_head_dim", "select_backend",
+           "flash_attention_forward", "flash_attention_backward"]
+
+_libs: list = []
+_installed = False
+_MATH = int(SDPBackend.MATH)
+_FLASH = int(SDPBackend.FLASH_ATTENTION)
+_OVERRIDEABLE = int(SDPBackend.OVERRIDEABLE)
+
+
+def _profile():
+    from torch_musa.core.profiles import selected_profile
+
+    return selected_profile()
+
+
+def max_flash_head_dim() -> int:
+    """128, or 160 on MUSA arch 3.x and later."""
+    return 160 if _profile().major >= 3 else 128
+
+
+def flash_constraint_failures(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                              scale=None, enable_gqa=False) -> list[str]:
+    """Why the flash kernel cannot run this case ([] when it can)."""
+    fails = []
+    if any(t.is_nested for t in (query, key, value)):
+        return ["nested tensors are not supported by musa flash attention"]
+    if not (query.dim() == key.dim() == value.dim() == 4):
+        fails.append(
+            f"query, key and value must be 4-D (batch, heads, seq, head_dim); got "
+            f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D")
+        return fails
+    if query.dtype not in (torch.float16, torch.bfloat16):
+        fails.append(f"dtype must be float16 or bfloat16; got {query.dtype}")
+    elif query.dtype == torch.bfloat16 and not _profile().supports_bf16:
+        p = _profile()
+        fails.append(f"bfloat16 is not supported by the profile {p.name} (MUSA arch {p.major}.{p.minor})")
+    if not (query.dtype == key.dtype == value.dtype):
+        fails.append(f"query, key and value must share one dtype; got {query.dtype}, {key.dtype}, {value.dtype}")
+    d = query.shape[-1]
+    if not (key.shape[-1] == d and value.shape[-1] == d):
+        fails.append(f"head_dim of query, key and value must be equal; got {d}, {key.shape[-1]}, {value.shape[-1]}")
+    limit = max_flash_head_dim()
+    if d > limit:
+        p = _profile()
+        fails.append(f"head_dim must be <= {limit} on {p.name} (MUSA arch {p.major}.{p.minor}); got {d}")
+    if d % 8 != 0:
+        fails.append(f"head_dim must be a multiple of 8; got {d}")
+    if not (query.shape[0] == key.shape[0] == value.shape[0]):
+        fails.append(f"batch sizes must match; got {query.shape[0]}, {key.shape[0]}, {value.shape[0]}")
+    hq, hk, hv = query.shape[1], key.shape[1], value.shape[1]
+    if hk != hv:
+        fails.append(f"key and value must have the same number of heads; got {hk}, {hv}")
+    elif hq != hk:
+        if not enable_gqa:
+            fails.append(f"query has {hq} heads but key/value have {hk}; pass enable_gqa=True for grouped-query attention")
+        elif hk == 0 or hq % hk != 0:
+            fails.append(f"with enable_gqa, query heads ({hq}) must be a multiple of key/value heads ({hk})")
+    if key.shape[2] != value.shape[2]:
+        fails.append(f"key and value must have the same sequence length; got {key.shape[2]}, {value.shape[2]}")
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+            fails.append(f"attn_mask must be bool or {query.dtype}; got {attn_mask.dtype}")
+        try:
+            torch.broadcast_shapes(attn_mask.shape, (query.shape[0], hq, query.shape[2], key.shape[2]))
+        except RuntimeError:
+            fails.append(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
+                         f"{(query.shape[0], hq, query.shape[2], key.shape[2])}")
+    if query.shape[2] == 0 or key.shape[2] == 0:
+        fails.append("sequence lengths must be > 0")
+    return fails
+
+
+def select_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False) -> int:
+    """The ``_fused_sdp_choice`` rule for musa (see the module docstring)."""
+    flash_on = torch._C._get_flash_sdp_enabled() or torch._C._get_overrideable_sdp_enabled()
+    math_on = torch._C._get_math_sdp_enabled()
+    fails = None
+    for backend in torch._C._get_sdp_priority_order():
+        if backend in (_FLASH, _OVERRIDEABLE) and flash_on:
+            if fails is None:
+                fails = flash_constraint_failures(query, key, value, attn_mask, dropout_p, is_causal,
+                                                  scale, enable_gqa)
+            if not fails:
+                return _OVERRIDEABLE
+        elif backend == _MATH and math_on:
+            return _MATH
+    if flash_on and fails:
+        raise RuntimeError(
+            "musa flash attention (the only enabled SDPA backend) cannot run this case: "
+            + "; ".join(fails)
+            + ". Enable the math backend (e.g. sdpa_kernel([SDPBackend.FLASH_ATTENTION, "
+              "SDPBackend.MATH])) to fall back automatically.")
+    raise RuntimeError(
+        "No available kernel for scaled_dot_product_attention on musa: musa provides "
+        "SDPBackend.FLASH_ATTENTION (also OVERRIDEABLE) and SDPBackend.MATH, and neither is enabled.")
+
+
+def _fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                      enable_gqa=False):
+    return select_backend(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _flash_forward_op(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+                      return_debug_mask=False, *, scale=None):
+    fails = flash_constraint_failures(query, key, value, attn_bias, dropout_p, is_causal, scale,
+                                      enable_gqa=True)
+    if fails:
+        raise RuntimeError("musa flash attention: " + "; ".join(fails))
+    bias = attn_bias
+    if bias is not None and bias.dtype == torch.bool:
+        bias = _bool_to_additive(bias, query.dtype)
+    seed = 0
+    if dropout_p > 0.0:
+        seed = int(torch.randint(0, 2**62, (), device="cpu").item())
+    out, lse = flash_attention_forward(query, key, value, bias, dropout_p, is_causal, scale, seed)
+    empty = torch.empty(0, device=query.device)
+    philox_seed = torch.tensor(seed, dtype=torch.int64)
+    philox_offset = torch.tensor(0, dtype=torch.int64)
+    return (out, lse, empty, empty, query.shape[2], key.shape[2], philox_seed, philox_offset,
+            torch.empty(0, dtype=query.dtype, device=query.device))
+
+
+def _flash_backward_op(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                       cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                       philox_offset, *, scale=None):
+    bias = attn_bias if (attn_bias is not None and attn_bias.numel() > 0) else None
+    if bias is not None and bias.dtype == torch.bool:
+        bias = _bool_to_additive(bias, query.dtype)
+    need_bias_grad = bool(grad_input_mask[3]) and bias is not None and attn_bias.dtype != torch.bool
+    dq, dk, dv, db = flash_attention_backward(
+        grad_out, query, key, value, out, logsumexp, bias, dropout_p, is_causal, scale,
+        int(philox_seed.item()) if philox_seed.numel() else 0, need_bias_grad)
+    if db is None:
+        db = torch.empty(0, dtype=query.dtype, device=query.device) if attn_bias is None else \
+            torch.zeros_like(attn_bias) if attn_bias.is_floating_point() else None
+    return dq, dk, dv, db
+
+
+def _bool_to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
+def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+          enable_gqa=False):
+    choice = torch.ops.aten._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal,
+                                              scale=scale, enable_gqa=enable_gqa)
+    # As PyTorch's composite does before either backend: bool masks become additive.
+    mask = attn_mask
+    if mask is not None and mask.dtype == torch.bool:
+        mask = _bool_to_additive(mask, query.dtype)
+    if choice in (_OVERRIDEABLE, _FLASH):
+        if attn_mask is not None and is_causal:
+            raise RuntimeError(
+                "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+        return torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+            query, key, value, mask, dropout_p, is_causal, False, scale=scale)[0]
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+def register() -> None:
+    """Install the musa SDPA kernels (idempotent); called from ``torch_musa/__init__.py``."""
+    global _installed
+    if _installed:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_fused_sdp_choice", _fused_sdp_choice, "PrivateUse1")
+    lib.impl("_scaled_dot_product_fused_attention_overrideable", _flash_forward_op, "PrivateUse1")
+    lib.impl("_scaled_dot_product_fused_attention_overrideable_backward", _flash_backward_op, "PrivateUse1")
+    lib.impl("scaled_dot_product_attention", _sdpa, "AutogradPrivateUse1")
+    lib.impl("scaled_dot_product_attention", _sdpa, "PrivateUse1")
+    _libs.append(lib)
+    _installed = True
