@@ -3,6 +3,7 @@
 #include "allocator.h"
 #include "fallback.h"
 #include "generator.h"
+#include "host_alias.h"
 #include "host_call.h"
 #include "runtime.h"
 
@@ -136,5 +137,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_fallback_counts", &fallback_counts);
   m.def("_reset_fallback_counts", &reset_fallback_counts);
   m.def("_set_op_debug_callback", &set_debug_callback);
+  // A CPU tensor over a musa tensor's bytes (zero copy; keeps the storage
+  // alive). For host-side engines such as Gloo under the mccl backend.
+  m.def("_host_alias", [](const at::Tensor& t) {
+    TORCH_CHECK(t.is_privateuseone(), "_host_alias expects a musa tensor, got ", t.device());
+    return host_alias(t);
+  });
   m.def("_register_fallback_ops", &register_fallback_for);
 }

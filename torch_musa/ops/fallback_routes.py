@@ -13,6 +13,7 @@ import torch
 
 from torch_musa import _C
 
+
 def structured_wrapper_ops() -> list[str]:
     ops = []
     for full in torch._C._dispatch_get_registrations_for_dispatch_key(
