@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from torch_musa.utils.musa_converter import cli
 

@@ -5,12 +5,15 @@ rule of the mapping table change; everything else (formatting, comments,
 quoting) is kept byte for byte.
 
 Speed: libcst parses ~8k lines/s, too slow for large trees, so a file is
-first scanned with a regex pre-filter (the table's trigger words); files
-without a hit are not parsed at all. For the others the standard ``ast``
-(fast, C) locates the smallest statements that hold a hit, and only those
-statements go through libcst (an indented statement is parsed under an
-``if True:`` header, which keeps its text exact). Every rule is local to a
-statement, so the result equals a whole-file rewrite.
+first scanned for the table's trigger words (substring search, then whole
+identifiers); files without a hit are not parsed at all. For the others the
+standard ``ast`` (C) locates the smallest unit that holds each hit: a
+statement, only the header of a compound statement, or, inside a long
+statement such as a big literal, the smallest expression that starts a line.
+Those units go through libcst together, as one synthetic module (an indented
+statement sits under an ``if True:`` header, an expression in parentheses),
+which keeps their text exact. Every rule is local to such a unit, so the
+result equals a whole-file rewrite (tests check this on PyTorch's sources).
 """
 from __future__ import annotations
 
@@ -400,10 +403,6 @@ _HEADERED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.Fo
               ast.While, ast.With, ast.AsyncWith)
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
              ast.While, ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", ast.Try), ast.Match)
-
-
-def _in_simple(path, line) -> bool:
-    return not isinstance(path[-1][2], _COMPOUND)
 
 
 # --------------------------------------------------------------------------
