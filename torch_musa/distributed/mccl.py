@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import datetime
 import functools
-import os
+import queue
+import threading
 import warnings
 
 import torch
@@ -66,8 +67,6 @@ def _load_alias():
     from torch_musa import _C
 
     fn = getattr(_C, "_host_alias", None)
-    if fn is None and os.environ.get("MCCL_PROTO_ALIAS"):  # TEMP prototype until _host_alias lands
-        return _proto_alias
     if fn is None:
         raise RuntimeError(
             "torch_musa._C._host_alias is missing: this build of the torch_musa extension "
@@ -76,21 +75,6 @@ def _load_alias():
 
 
 _host_alias = None
-
-
-def _proto_alias(t):  # TEMP: zero-copy via ctypes, until torch_musa._C._host_alias lands
-    import ctypes
-    st = t.untyped_storage()
-    n = st.nbytes()
-    if n == 0:
-        return torch.empty(t.shape, dtype=t.dtype)
-    buf = (ctypes.c_char * n).from_address(st.data_ptr())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        base = torch.frombuffer(buf, dtype=torch.uint8)
-    out = base.view(t.dtype).as_strided(t.size(), t.stride(), t.storage_offset())
-    out._mccl_owner = t
-    return out
 
 
 def _a(t):
@@ -152,7 +136,45 @@ def _resolved(name, backend, tensors, value, fut):
     return value
 
 
-def _finish(name, backend, work, async_op, value, tensors):
+class _Completer:
+    """Completes futures for Gloo works that have none (reduce_scatter, send, recv).
+
+    One thread per outstanding work (threads are reused once idle), so a work
+    never waits behind another one, whatever order the ranks complete them in.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._q = queue.SimpleQueue()
+
+    def submit(self, item):
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._q.put(item)
+        if spawn:
+            threading.Thread(target=self._run, name="mccl-completer", daemon=True).start()
+
+    def _run(self):
+        while True:
+            work, fut, name, backend, tensors, value = self._q.get()
+            try:
+                work.wait()
+            except Exception as exc:  # noqa: BLE001
+                fut.set_exception(_named_error(name, backend, tensors, exc))
+            else:
+                fut.set_result(value)
+            del work, fut, backend, tensors, value
+            with self._lock:
+                self._idle += 1
+
+
+_completer = _Completer()
+
+
+def _finish(name, backend, work, async_op, value, tensors, has_future=True):
     """Sync: wait here (errors name the collective). Async: a Work whose future yields ``value``."""
     if not async_op:
         try:
@@ -160,7 +182,11 @@ def _finish(name, backend, work, async_op, value, tensors):
         except Exception as exc:  # noqa: BLE001
             raise _named_error(name, backend, tensors, exc) from exc
         return work.boxed()
-    fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value))
+    if has_future:
+        fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value))
+    else:
+        fut = torch.futures.Future()
+        _completer.submit((work, fut, name, backend, tensors, value))
     return _work_from_future(fut).boxed()
 
 
@@ -254,13 +280,37 @@ def _allgather_(output_tensors, input_tensors, process_group, async_op=True, tim
     return output_tensors, _finish("all_gather", b, w, async_op, output_tensors, input_tensors)
 
 
+def _gather_out(out, inp):
+    """Alias of ``out`` shaped as Gloo wants it: inputs concatenated along dim 0.
+
+    ``all_gather_into_tensor`` also accepts a stacked output (world, *input.shape);
+    Gloo only the concatenated one. Same bytes either way when ``out`` is contiguous.
+    """
+    a = _a(out)
+    if inp.dim() > 0 and out.is_contiguous() and out.shape[:1] != (0,) and \
+            out.numel() % max(inp.numel(), 1) == 0 and out.shape[1:] != inp.shape[1:]:
+        ws = out.numel() // max(inp.numel(), 1)
+        a = a.view((ws * inp.shape[0],) + tuple(inp.shape[1:]))
+    return a
+
+
+def _reduce_scatter_in(inp, out):
+    """Alias of ``inp`` shaped as Gloo wants it (concatenated), for a stacked input."""
+    a = _a(inp)
+    if out.dim() > 0 and inp.is_contiguous() and inp.shape[1:] != out.shape[1:] and \
+            inp.numel() % max(out.numel(), 1) == 0:
+        ws = inp.numel() // max(out.numel(), 1)
+        a = a.view((ws * out.shape[0],) + tuple(out.shape[1:]))
+    return a
+
+
 def _allgather_base_(output_tensor, input_tensor, process_group, async_op=True, timeout=-1):
     b = _backend(process_group)
     o = _c10d.AllgatherOptions()
     o.asyncOp = async_op
     _timeout(o, timeout)
     _check_same("all_gather_into_tensor", [output_tensor, input_tensor], "input and output tensors")
-    w = b._allgather_base(_a(output_tensor), _a(input_tensor), o)
+    w = b._allgather_base(_gather_out(output_tensor, input_tensor), _a(input_tensor), o)
     return output_tensor, _finish("all_gather_into_tensor", b, w, async_op, [output_tensor], [input_tensor])
 
 
@@ -294,7 +344,7 @@ def _reduce_scatter_(output_tensors, input_tensors, process_group, reduce_op, as
                 raise MCCLError(f"mccl reduce_scatter: every input must have the output's size "
                                 f"{tuple(out.shape)}, got {tuple(t.shape)}")
     w = b.reduce_scatter(_al(output_tensors), _all(input_tensors), o)
-    return output_tensors, _finish("reduce_scatter", b, w, async_op, output_tensors, input_tensors)
+    return output_tensors, _finish("reduce_scatter", b, w, async_op, output_tensors, input_tensors, False)
 
 
 def _reduce_scatter_base_(output_tensor, input_tensor, process_group, reduce_op, async_op=True, timeout=-1):
@@ -304,8 +354,9 @@ def _reduce_scatter_base_(output_tensor, input_tensor, process_group, reduce_op,
     o.asyncOp = async_op
     _timeout(o, timeout)
     _check_same("reduce_scatter_tensor", [output_tensor, input_tensor], "input and output tensors")
-    w = b._reduce_scatter_base(_a(output_tensor), _a(input_tensor), o)
-    return output_tensor, _finish("reduce_scatter_tensor", b, w, async_op, [output_tensor], [input_tensor])
+    w = b._reduce_scatter_base(_a(output_tensor), _reduce_scatter_in(input_tensor, output_tensor), o)
+    return output_tensor, _finish("reduce_scatter_tensor", b, w, async_op, [output_tensor], [input_tensor],
+                                  False)
 
 
 def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op, async_op=True, timeout=-1):
@@ -315,6 +366,10 @@ def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op,
     o.asyncOp = async_op
     _timeout(o, timeout)
     ws = [b._reduce_scatter_base(_a(out), _a(inp), o) for out, inp in zip(outputs, inputs)]
+    if async_op:
+        fut = torch.futures.Future()
+        _completer.submit((_Seq(ws), fut, "reduce_scatter_tensor_coalesced", b, inputs, outputs))
+        return _work_from_future(fut).boxed()
     return _finish_many("reduce_scatter_tensor_coalesced", b, ws, async_op, outputs, inputs)
 
 
@@ -362,13 +417,13 @@ def _scatter_(output_tensors, input_tensors, process_group, root_rank, async_op=
 def _send(tensors, process_group, dst, tag):
     b = _backend(process_group)
     w = b.send(_al(tensors), dst, tag)
-    return _finish("send", b, w, True, tensors, tensors)
+    return _finish("send", b, w, True, tensors, tensors, False)
 
 
 def _recv_(tensors, process_group, src, tag):
     b = _backend(process_group)
     w = b.recv(_al(tensors), src, tag)
-    return _finish("recv", b, w, True, tensors, tensors)
+    return _finish("recv", b, w, True, tensors, tensors, False)
 
 
 def _recv_any_source_(tensors, process_group, tag):
@@ -411,6 +466,16 @@ def _finish_many(name, backend, works, async_op, value, tensors):
         return value
 
     return _work_from_future(all_done.then(_cb)).boxed()
+
+
+class _Seq:
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+        return True
 
 
 def _done_future(value):

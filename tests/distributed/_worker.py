@@ -1,0 +1,613 @@
+"""Multi-process bodies for the mccl tests: ``python -m tests.distributed._worker SCENARIO RANK WORLD PORT OUT``.
+
+Each scenario runs a list of named checks in one process group and writes
+``{check: "ok" | error text}`` to ``OUT.rank<RANK>.json`` so the pytest side
+can report every check on its own.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+import torch_musa  # noqa: F401
+import torch_musa.distributed
+
+torch_musa.distributed.register()
+
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+R = dist.ReduceOp
+TIMEOUT = datetime.timedelta(seconds=20)
+
+
+def _dev(rank):
+    return torch.device("musa", rank % torch.musa.device_count())
+
+
+def _eq(got, want, what=""):
+    got_c = got.detach().cpu()
+    want_c = want.detach().cpu() if isinstance(want, torch.Tensor) else torch.as_tensor(want)
+    if got_c.dtype.is_floating_point:
+        ok = got_c.shape == want_c.shape and torch.allclose(got_c, want_c.to(got_c.dtype), atol=1e-5, rtol=1e-5)
+    else:
+        ok = got_c.shape == want_c.shape and torch.equal(got_c, want_c.to(got_c.dtype))
+    if not ok:
+        raise AssertionError(f"{what}: got {got_c.tolist()} want {want_c.tolist()}")
+
+
+def _on_musa(t, dev):
+    assert t.device == dev, f"result moved off {dev}: {t.device}"
+
+
+# --------------------------------------------------------------------------- collectives
+def collectives(rank, ws):
+    dev = _dev(rank)
+    torch.musa.set_device(dev)
+    dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=TIMEOUT)
+    checks = {}
+
+    def check(name):
+        def deco(fn):
+            checks[name] = fn
+            return fn
+        return deco
+
+    vals = [float(r + 1) for r in range(ws)]  # rank r contributes r+1
+
+    @check("backend_name")
+    def _():
+        assert dist.get_backend() == "mccl", dist.get_backend()
+        assert dist.is_mccl_available() and torch.musa.mccl.version() >= (1, 0, 0)
+
+    @check("all_reduce_ops")
+    def _():
+        import math
+        for op, want in [(R.SUM, sum(vals)), (R.PRODUCT, math.prod(vals)), (R.MIN, 1.0), (R.MAX, float(ws))]:
+            for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64):
+                t = torch.full((3, 5), vals[rank], device=dev, dtype=dt)
+                ptr = t.data_ptr()
+                dist.all_reduce(t, op=op)
+                _on_musa(t, dev)
+                assert t.data_ptr() == ptr
+                _eq(t, torch.full((3, 5), want), f"all_reduce {op} {dt}")
+        bits = [0b0011, 0b0101, 0b1001]
+        for op, want in [(R.BAND, 0b0011 & 0b0101 & (0b1001 if ws > 2 else 0b1111)),
+                         (R.BOR, 0b0011 | 0b0101 | (0b1001 if ws > 2 else 0)),
+                         (R.BXOR, 0b0011 ^ 0b0101 ^ (0b1001 if ws > 2 else 0))]:
+            t = torch.full((4,), bits[rank], device=dev, dtype=torch.int32)
+            dist.all_reduce(t, op=op)
+            _eq(t, torch.full((4,), want, dtype=torch.int32), f"all_reduce {op}")
+
+    @check("all_reduce_avg")
+    def _():
+        t = torch.full((2,), vals[rank], device=dev)
+        dist.all_reduce(t, op=R.AVG)
+        _eq(t, torch.full((2,), sum(vals) / ws), "AVG")
+
+    @check("all_reduce_async_future")
+    def _():
+        t = torch.full((1000,), vals[rank], device=dev)
+        w = dist.all_reduce(t, async_op=True)
+        fut = w.get_future()
+        chained = fut.then(lambda f: f.value()[0] * 2)
+        assert w.wait()
+        assert w.is_completed()
+        val = fut.wait()
+        assert isinstance(val, list) and val[0].device == dev and val[0].data_ptr() == t.data_ptr()
+        _eq(t, torch.full((1000,), sum(vals)), "async all_reduce")
+        _eq(chained.wait(), torch.full((1000,), 2 * sum(vals)), "future.then")
+
+    @check("all_reduce_zero_copy")
+    def _():
+        t = torch.full((1 << 18,), vals[rank], device=dev)
+        torch.musa.synchronize()
+        before = torch.musa.memory_allocated(dev)
+        torch.musa.reset_peak_memory_stats(dev)
+        dist.all_reduce(t)
+        w = dist.all_reduce(t, async_op=True)
+        w.wait()
+        assert torch.musa.max_memory_allocated(dev) == before, "all_reduce allocated musa memory (a copy)"
+        _eq(t[:4], torch.full((4,), sum(vals) * ws), "all_reduce twice")
+
+    @check("all_reduce_view")
+    def _():
+        base = torch.zeros(4, 6, device=dev)
+        view = base[1:3]  # contiguous view with a storage offset
+        view.fill_(vals[rank])
+        dist.all_reduce(view)
+        _eq(base[1:3], torch.full((2, 6), sum(vals)), "view")
+        _eq(base[0], torch.zeros(6), "outside view")
+
+    @check("broadcast")
+    def _():
+        src = ws - 1
+        t = torch.arange(6, device=dev, dtype=torch.float32) * (rank + 1)
+        dist.broadcast(t, src=src)
+        _eq(t, torch.arange(6) * (src + 1), "broadcast")
+        t = torch.full((3,), rank, device=dev, dtype=torch.int64)
+        w = dist.broadcast(t, src=0, async_op=True)
+        w.wait()
+        _eq(t, torch.zeros(3, dtype=torch.int64), "async broadcast")
+
+    @check("reduce")
+    def _():
+        dst = 1
+        t = torch.full((5,), vals[rank], device=dev)
+        dist.reduce(t, dst=dst, op=R.SUM)
+        if rank == dst:
+            _eq(t, torch.full((5,), sum(vals)), "reduce")
+        t = torch.full((5,), vals[rank], device=dev)
+        dist.reduce(t, dst=0, op=R.MAX, async_op=True).wait()
+        if rank == 0:
+            _eq(t, torch.full((5,), float(ws)), "reduce max")
+
+    @check("all_gather")
+    def _():
+        t = torch.full((2, 3), vals[rank], device=dev)
+        outs = [torch.empty(2, 3, device=dev) for _ in range(ws)]
+        dist.all_gather(outs, t)
+        for r in range(ws):
+            _on_musa(outs[r], dev)
+            _eq(outs[r], torch.full((2, 3), vals[r]), f"all_gather[{r}]")
+        outs = [torch.empty(2, 3, device=dev) for _ in range(ws)]
+        w = dist.all_gather(outs, t, async_op=True)
+        got = w.get_future().wait()
+        assert got[0][0].device == dev
+        for r in range(ws):
+            _eq(outs[r], torch.full((2, 3), vals[r]), f"async all_gather[{r}]")
+
+    @check("all_gather_into_tensor")
+    def _():
+        t = torch.full((3,), vals[rank], device=dev)
+        out = torch.empty(ws * 3, device=dev)
+        dist.all_gather_into_tensor(out, t)
+        _eq(out, torch.tensor(vals).repeat_interleave(3), "all_gather_into_tensor")
+        out2 = torch.empty(ws, 3, device=dev)
+        w = dist.all_gather_into_tensor(out2, t, async_op=True)
+        assert w.get_future().wait()[0].data_ptr() == out2.data_ptr()
+        _eq(out2, torch.tensor(vals).repeat_interleave(3).view(ws, 3), "stacked")
+
+    @check("reduce_scatter")
+    def _():
+        ins = [torch.full((4,), vals[rank] * (i + 1), device=dev) for i in range(ws)]
+        out = torch.empty(4, device=dev)
+        dist.reduce_scatter(out, ins)
+        _eq(out, torch.full((4,), sum(vals) * (rank + 1)), "reduce_scatter")
+        out = torch.empty(4, device=dev)
+        dist.reduce_scatter(out, ins, op=R.MAX, async_op=True).wait()
+        _eq(out, torch.full((4,), float(ws) * (rank + 1)), "async reduce_scatter max")
+
+    @check("reduce_scatter_tensor")
+    def _():
+        inp = torch.arange(ws * 2, device=dev, dtype=torch.float32) + rank
+        out = torch.empty(2, device=dev)
+        dist.reduce_scatter_tensor(out, inp)
+        full = sum(torch.arange(ws * 2, dtype=torch.float32) + r for r in range(ws))
+        _eq(out, full[rank * 2:(rank + 1) * 2], "reduce_scatter_tensor")
+        out = torch.empty(2, device=dev)
+        dist.reduce_scatter_tensor(out, inp, async_op=True).wait()
+        _eq(out, full[rank * 2:(rank + 1) * 2], "async reduce_scatter_tensor")
+
+    @check("all_to_all")
+    def _():
+        ins = [torch.full((2,), rank * 10 + j, device=dev, dtype=torch.int64) for j in range(ws)]
+        outs = [torch.empty(2, device=dev, dtype=torch.int64) for _ in range(ws)]
+        dist.all_to_all(outs, ins)
+        for j in range(ws):
+            _eq(outs[j], torch.full((2,), j * 10 + rank), f"all_to_all[{j}]")
+        outs = [torch.empty(2, device=dev, dtype=torch.int64) for _ in range(ws)]
+        dist.all_to_all(outs, ins, async_op=True).wait()
+        for j in range(ws):
+            _eq(outs[j], torch.full((2,), j * 10 + rank), f"async all_to_all[{j}]")
+
+    @check("all_to_all_single")
+    def _():
+        inp = torch.arange(ws, device=dev, dtype=torch.float32) + rank * 100
+        out = torch.empty(ws, device=dev)
+        dist.all_to_all_single(out, inp)
+        _eq(out, torch.tensor([r * 100 + rank for r in range(ws)], dtype=torch.float32), "a2a single")
+        # uneven: rank r sends (j+1) elements to rank j
+        in_splits = [j + 1 for j in range(ws)]
+        out_splits = [rank + 1] * ws
+        inp = torch.cat([torch.full((j + 1,), rank * 10 + j, dtype=torch.float32) for j in range(ws)]).to(dev)
+        out = torch.empty(sum(out_splits), device=dev)
+        dist.all_to_all_single(out, inp, out_splits, in_splits, async_op=True).wait()
+        want = torch.cat([torch.full((rank + 1,), r * 10 + rank, dtype=torch.float32) for r in range(ws)])
+        _eq(out, want, "a2a uneven")
+
+    @check("gather_scatter")
+    def _():
+        t = torch.full((3,), vals[rank], device=dev)
+        gl = [torch.empty(3, device=dev) for _ in range(ws)] if rank == 0 else None
+        dist.gather(t, gl, dst=0)
+        if rank == 0:
+            for r in range(ws):
+                _eq(gl[r], torch.full((3,), vals[r]), f"gather[{r}]")
+        out = torch.empty(2, device=dev)
+        sl = [torch.full((2,), 7.0 + r, device=dev) for r in range(ws)] if rank == ws - 1 else None
+        dist.scatter(out, sl, src=ws - 1)
+        _eq(out, torch.full((2,), 7.0 + rank), "scatter")
+        out = torch.empty(2, device=dev)
+        dist.scatter(out, sl, src=ws - 1, async_op=True).wait()
+        _eq(out, torch.full((2,), 7.0 + rank), "async scatter")
+
+    @check("send_recv")
+    def _():
+        nxt, prv = (rank + 1) % ws, (rank - 1) % ws
+        s = torch.full((4,), vals[rank], device=dev)
+        r = torch.empty(4, device=dev)
+        if rank % 2 == 0:
+            dist.send(s, nxt)
+            dist.recv(r, prv)
+        else:
+            dist.recv(r, prv)
+            dist.send(s, nxt)
+        _eq(r, torch.full((4,), vals[prv]), "send/recv")
+        r2 = torch.empty(4, device=dev)
+        ws_ = [dist.isend(s * 2, nxt), dist.irecv(r2, prv)]
+        for w in ws_:
+            w.wait()
+        _eq(r2, torch.full((4,), 2 * vals[prv]), "isend/irecv")
+        r3 = torch.empty(4, device=dev)
+        ops = [dist.P2POp(dist.isend, s * 3, nxt), dist.P2POp(dist.irecv, r3, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        _eq(r3, torch.full((4,), 3 * vals[prv]), "batch_isend_irecv")
+
+    @check("barrier")
+    def _():
+        dist.barrier()
+        w = dist.barrier(async_op=True)
+        w.wait()
+        assert w.is_completed()
+        dist.barrier(device_ids=[dev.index])
+
+    @check("object_collectives")
+    def _():
+        objs = [{"rank": rank, "x": [1, 2]}, "s"] if rank == 0 else [None, None]
+        dist.broadcast_object_list(objs, src=0)
+        assert objs == [{"rank": 0, "x": [1, 2]}, "s"], objs
+        got = [None] * ws
+        dist.all_gather_object(got, ("r", rank))
+        assert got == [("r", r) for r in range(ws)], got
+
+    @check("new_group_subgroups")
+    def _():
+        g = dist.new_group([0, 1])
+        if rank in (0, 1):
+            t = torch.full((2,), vals[rank], device=dev)
+            dist.all_reduce(t, group=g)
+            _eq(t, torch.full((2,), vals[0] + vals[1]), "new_group all_reduce")
+            assert dist.get_world_size(g) == 2
+        sub, subs = dist.new_subgroups(group_size=1)
+        t = torch.full((2,), vals[rank], device=dev)
+        dist.all_reduce(t, group=sub)
+        _eq(t, torch.full((2,), vals[rank]), "subgroup of one")
+        if ws == 3:
+            sub, _ = dist.new_subgroups_by_enumeration([[0, 2], [1]])
+            t = torch.full((2,), vals[rank], device=dev)
+            dist.all_reduce(t, group=sub)
+            want = vals[0] + vals[2] if rank in (0, 2) else vals[1]
+            _eq(t, torch.full((2,), want), "subgroups by enumeration")
+
+    @check("functional_collectives")
+    def _():
+        import torch.distributed._functional_collectives as fc
+        t = torch.full((3,), vals[rank], device=dev)
+        out = fc.all_reduce(t, "sum", dist.group.WORLD)
+        out = fc.wait_tensor(out) if hasattr(fc, "wait_tensor") else out
+        _eq(out, torch.full((3,), sum(vals)), "functional all_reduce")
+        g = fc.all_gather_tensor(t, 0, dist.group.WORLD)
+        _eq(g, torch.tensor(vals).repeat_interleave(3), "functional all_gather_tensor")
+
+    @check("local_dtype_mismatch")
+    def _():
+        out = torch.empty(ws * 3, device=dev, dtype=torch.float64)
+        try:
+            dist.all_gather_into_tensor(out, torch.ones(3, device=dev))
+        except Exception as e:  # noqa: BLE001
+            assert "dtype" in str(e).lower(), e
+        else:
+            raise AssertionError("dtype mismatch accepted")
+        dist.barrier()
+
+    @check("cpu_tensor_rejected_clearly")
+    def _():
+        # like nccl: a group created with "mccl" serves musa tensors only
+        try:
+            dist.all_reduce(torch.ones(2))
+        except Exception as e:  # noqa: BLE001
+            assert "cpu" in str(e).lower(), e
+        else:
+            raise AssertionError("cpu tensor accepted by a musa-only group")
+
+    results = {}
+    for name, fn in checks.items():
+        try:
+            fn()
+            results[name] = "ok"
+        except Exception:  # noqa: BLE001
+            results[name] = traceback.format_exc()[-3000:]
+        try:
+            dist.barrier()
+        except Exception:  # noqa: BLE001
+            pass
+    dist.destroy_process_group()
+    return results
+
+
+# --------------------------------------------------------------------------- init variants
+def init_variants(rank, ws):
+    dev = _dev(rank)
+    results = {}
+    base_port = int(os.environ["MASTER_PORT"])
+
+    def run(name, fn):
+        try:
+            fn()
+            results[name] = "ok"
+        except Exception:  # noqa: BLE001
+            results[name] = traceback.format_exc()[-3000:]
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def device_id():
+        os.environ["MASTER_PORT"] = str(base_port + 1)
+        dist.init_process_group(rank=rank, world_size=ws, timeout=TIMEOUT, device_id=dev)
+        assert dist.get_backend() == "mccl", dist.get_backend()
+        t = torch.full((2,), float(rank + 1), device=dev)
+        dist.all_reduce(t)
+        _eq(t, torch.full((2,), float(sum(range(1, ws + 1)))), "device_id all_reduce")
+        g = dist.new_group([0, 1])
+        t = torch.ones(2, device=dev)
+        dist.all_reduce(t, group=g)
+        _eq(t, torch.full((2,), 2.0), "device_id new_group")
+        dist.barrier()
+
+    def mixed():
+        os.environ["MASTER_PORT"] = str(base_port + 2)
+        dist.init_process_group("cpu:gloo,musa:mccl", rank=rank, world_size=ws, timeout=TIMEOUT)
+        c = torch.full((2,), float(rank + 1))
+        m = torch.full((2,), float(rank + 1), device=dev)
+        dist.all_reduce(c)
+        dist.all_reduce(m)
+        want = torch.full((2,), float(sum(range(1, ws + 1))))
+        _eq(c, want, "cpu via gloo")
+        _eq(m, want, "musa via mccl")
+        assert c.device.type == "cpu" and m.device == dev
+        objs = [None]
+        if rank == 0:
+            objs = ["hello"]
+        dist.broadcast_object_list(objs, src=0)
+        assert objs == ["hello"]
+
+    def env_init():
+        os.environ["MASTER_PORT"] = str(base_port + 3)
+        dist.init_process_group(backend="mccl", init_method="env://", rank=rank, world_size=ws)
+        t = torch.ones(1, device=dev)
+        dist.all_reduce(t)
+        _eq(t, torch.full((1,), float(ws)), "env init")
+
+    run("init_device_id", device_id)
+    run("init_cpu_gloo_musa_mccl", mixed)
+    run("init_env", env_init)
+    return results
+
+
+# --------------------------------------------------------------------------- DDP parity
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+
+
+def _batches(steps, n):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(n, 8, generator=g), torch.randn(n, 4, generator=g)) for _ in range(steps)]
+
+
+def ddp(rank, ws):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = _dev(rank)
+    torch.musa.set_device(dev)
+    dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=TIMEOUT)
+    results = {}
+    try:
+        steps, n = 5, 8 * ws
+        data = _batches(steps, n)
+        model = DDP(_mlp().to(dev), device_ids=[dev.index], bucket_cap_mb=0.0001)  # several buckets
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        per = n // ws
+        for x, y in data:
+            xs, ys = x[rank * per:(rank + 1) * per].to(dev), y[rank * per:(rank + 1) * per].to(dev)
+            opt.zero_grad()
+            nn.functional.mse_loss(model(xs), ys).backward()
+            opt.step()
+        for p in model.parameters():
+            assert p.device == dev and p.grad.device == dev
+        # reference: one process, the full batch
+        ref = _mlp().to(dev)
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        for x, y in data:
+            ropt.zero_grad()
+            nn.functional.mse_loss(ref(x.to(dev)), y.to(dev)).backward()
+            ropt.step()
+        for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
+            if not torch.allclose(p.detach().cpu(), q.detach().cpu(), atol=1e-5, rtol=1e-4):
+                raise AssertionError(f"{name}: max diff {(p.detach().cpu() - q.detach().cpu()).abs().max()}")
+        # params identical across ranks
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        gathered = [torch.empty_like(flat) for _ in range(ws)]
+        dist.all_gather(gathered, flat)
+        for g in gathered:
+            assert torch.equal(g.cpu(), flat.cpu())
+        results["ddp_parity"] = "ok"
+    except Exception:  # noqa: BLE001
+        results["ddp_parity"] = traceback.format_exc()[-3000:]
+    dist.destroy_process_group()
+    return results
+
+
+# --------------------------------------------------------------------------- FSDP2
+class _Block(nn.Module):
+    def __init__(self, d=16, h=2):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, h, batch_first=True)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class _TinyLM(nn.Module):
+    def __init__(self, vocab=32, d=16, layers=2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(_Block(d) for _ in range(layers))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def fsdp2(rank, ws):
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+
+    dev = _dev(rank)
+    torch.musa.set_device(dev)
+    dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=TIMEOUT)
+    results = {}
+    try:
+        mesh = init_device_mesh("musa", (ws,))
+        torch.manual_seed(0)
+        model = _TinyLM().to(dev)
+        torch.manual_seed(0)
+        ref = _TinyLM().to(dev)
+        for b in model.blocks:
+            fully_shard(b, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        ropt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+        g = torch.Generator().manual_seed(2)
+        for _ in range(3):
+            idx = torch.randint(0, 32, (2 * ws, 6), generator=g)
+            tgt = torch.randint(0, 32, (2 * ws, 6), generator=g)
+            mine = slice(rank * 2, rank * 2 + 2)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(idx[mine].to(dev)).flatten(0, 1), tgt[mine].to(dev).flatten())
+            loss.backward()
+            opt.step()
+            ropt.zero_grad()
+            nn.functional.cross_entropy(ref(idx.to(dev)).flatten(0, 1), tgt.to(dev).flatten()).backward()
+            ropt.step()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            assert full.device.type == "musa", full.device
+            if not torch.allclose(full.detach().cpu(), q.detach().cpu(), atol=1e-4, rtol=1e-3):
+                raise AssertionError(f"{name}: max diff {(full.detach().cpu() - q.detach().cpu()).abs().max()}")
+        results["fsdp2_parity"] = "ok"
+    except Exception:  # noqa: BLE001
+        results["fsdp2_parity"] = traceback.format_exc()[-3000:]
+    dist.destroy_process_group()
+    return results
+
+
+# --------------------------------------------------------------------------- faults
+def faults(rank, ws):
+    """Rank 1 never joins an all_reduce, then exits; rank 0 must raise in time, naming the op."""
+    dev = _dev(rank)
+    timeout_s = float(os.environ.get("MCCL_TEST_TIMEOUT", "3"))
+    dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=datetime.timedelta(seconds=timeout_s))
+    results = {}
+    t = torch.ones(4, device=dev)
+    dist.all_reduce(t)  # healthy first
+    if rank != 0:
+        time.sleep(timeout_s + 1.5)  # never joins the broadcast below
+        os._exit(0)  # then dies without cleanup
+
+    def expect_raise(name, fn, limit):
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            dt = time.monotonic() - t0
+            msg = str(e)
+            if name not in msg:
+                results[f"fault_{name}"] = f"error does not name {name}: {msg[:500]}"
+            elif dt > limit:
+                results[f"fault_{name}"] = f"raised after {dt:.1f}s > {limit}s"
+            else:
+                results[f"fault_{name}"] = "ok"
+            results[f"fault_{name}_msg"] = msg[:400]
+            return
+        results[f"fault_{name}"] = "no error raised"
+
+    expect_raise("broadcast", lambda: dist.broadcast(t, src=0), timeout_s + 3)
+    time.sleep(1.0)  # let the peer exit
+    expect_raise("all_reduce", lambda: dist.all_reduce(t, async_op=True).wait(), timeout_s + 3)
+    os._exit(_write(results))
+
+
+def mismatch(rank, ws):
+    """Ranks pass different sizes / dtypes: a clear error, not a hang or silent garbage."""
+    dev = _dev(rank)
+    dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=datetime.timedelta(seconds=3))
+    results = {}
+    t0 = time.monotonic()
+    t = torch.ones(4 if rank == 0 else 8, device=dev)
+    try:
+        dist.all_reduce(t)
+        results["mismatch_shape"] = "no error raised"
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        ok = "all_reduce" in msg and ("shape" in msg or "size" in msg)
+        results["mismatch_shape"] = "ok" if ok and time.monotonic() - t0 < 8 else f"unclear: {msg[:600]}"
+        results["mismatch_shape_msg"] = msg[:600]
+    os._exit(_write(results))
+
+
+SCENARIOS = {"collectives": collectives, "init": init_variants, "ddp": ddp, "fsdp2": fsdp2,
+             "faults": faults, "mismatch": mismatch}
+_OUT = None
+
+
+def _write(results):
+    with open(_OUT, "w") as f:
+        json.dump(results, f)
+    return 0
+
+
+def main():
+    global _OUT
+    scenario, rank, ws, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(ws))
+    _OUT = f"{out}.rank{rank}.json"
+    try:
+        results = SCENARIOS[scenario](rank, ws)
+    except Exception:  # noqa: BLE001
+        results = {"__scenario__": traceback.format_exc()[-3000:]}
+    _write(results)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
