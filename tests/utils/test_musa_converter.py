@@ -43,6 +43,12 @@ def out(src, **kw):
     ("with torch.cuda.amp.autocast(True, torch.bfloat16):\n    pass\n",
      'with torch.autocast("musa", enabled=True, dtype=torch.bfloat16):\n    pass\n'),
     ("# call torch.cuda.empty_cache() here\n", "# call torch.musa.empty_cache() here\n"),
+    ("@torch.cuda.amp.custom_fwd\ndef f(ctx, x): pass\n",
+     '@torch.amp.custom_fwd(device_type="musa")\ndef f(ctx, x): pass\n'),
+    ("@torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\ndef f(ctx, x): pass\n",
+     '@torch.amp.custom_fwd(cast_inputs=torch.float32, device_type="musa")\ndef f(ctx, x): pass\n'),
+    ("@torch.cuda.amp.custom_bwd\ndef b(ctx, g): pass\n",
+     '@torch.amp.custom_bwd(device_type="musa")\ndef b(ctx, g): pass\n'),
     ("x = 1  # then x.cuda()\n", "x = 1  # then x.musa()\n"),
     ("a = torch.profiler.ProfilerActivity.CUDA\n", "a = torch.profiler.ProfilerActivity.MUSA\n"),
 ])

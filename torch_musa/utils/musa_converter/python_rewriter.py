@@ -124,15 +124,7 @@ class _Rewriter(cst.CSTTransformer):
         rule = self.t.calls.get(name) if name else None
         if rule is not None:
             self.counts["py.call:" + rule["source"]] += 1
-            # The callee's own dotted rewrite (torch.cuda -> torch.musa) is replaced
-            # by this rule: do not count it twice.
-            parts = rule["source"].split(".")
-            for i in range(1, len(parts)):
-                key = "py.dotted:" + ".".join(parts[:i])
-                if key[len("py.dotted:"):] in self.t.dotted and self.counts.get(key):
-                    self.counts[key] -= 1
-                    if not self.counts[key]:
-                        del self.counts[key]
+            self._undo_dotted(rule["source"])
             args = list(updated.args)
             names = rule.get("keywords") or ()
             for i, a in enumerate(args):
@@ -142,6 +134,12 @@ class _Rewriter(cst.CSTTransformer):
                                                                    cst.SimpleWhitespace("")))
             if rule.get("prepend"):
                 args.insert(0, cst.Arg(value=_expr(rule["prepend"])))
+            for kw, value in (rule.get("keywords_add") or {}).items():
+                if not any(a.keyword is not None and a.keyword.value == kw for a in args):
+                    args.append(cst.Arg(value=_expr(value), keyword=cst.Name(kw),
+                                        equal=cst.AssignEqual(cst.SimpleWhitespace(""),
+                                                              cst.SimpleWhitespace(""))))
+
             return updated.with_changes(func=_expr(rule["to"]), args=args)
         if isinstance(func, cst.Attribute) and func.attr.value in self.t.methods:
             if not (name or "").startswith("torch."):
@@ -149,6 +147,27 @@ class _Rewriter(cst.CSTTransformer):
                 return updated.with_changes(
                     func=func.with_changes(attr=cst.Name(self.t.methods[func.attr.value])))
         return updated
+
+    def leave_Decorator(self, original: cst.Decorator, updated: cst.Decorator):
+        name = _dotted(updated.decorator)
+        new = self.t.decorators.get(name) if name else None
+        if new is None:
+            return updated
+        src = next(k for k, v in self.t.raw["python"]["decorators"].items() if v == new)
+        self.counts["py.decorator:" + src] += 1
+        self._undo_dotted(src)
+        return updated.with_changes(decorator=_expr(new))
+
+    def _undo_dotted(self, source: str) -> None:
+        # The callee's own dotted rewrite (torch.cuda -> torch.musa) is replaced
+        # by a call/decorator rule: do not count it twice.
+        parts = source.split(".")
+        for i in range(1, len(parts)):
+            key = "py.dotted:" + ".".join(parts[:i])
+            if key[len("py.dotted:"):] in self.t.dotted and self.counts.get(key):
+                self.counts[key] -= 1
+                if not self.counts[key]:
+                    del self.counts[key]
 
     # -- imports -------------------------------------------------------------
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom):
@@ -435,6 +454,10 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
                 n = _ast_dotted(node.func)
                 if n is not None and norm(n) in t.calls:
                     exempt.update(id(x) for x in ast.walk(node.func))
+            for d in getattr(node, "decorator_list", ()):
+                n = _ast_dotted(d)
+                if n is not None and norm(n) in t.decorators:
+                    exempt.update(id(x) for x in ast.walk(d))
             if isinstance(node, ast.Compare):
                 sides = [node.left] + node.comparators
                 lits = {s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)}

@@ -44,6 +44,7 @@ class Table:
     # python
     dotted: dict[str, str]
     calls: dict[str, dict]          # keyed by the name as it reads after `dotted` rules
+    decorators: dict[str, str]      # same keying
     methods: dict[str, str]
     attributes: dict[str, str]
     imports: dict[str, dict]
@@ -156,6 +157,7 @@ def load_table(path: str = TABLE_PATH) -> Table:
         raw=raw,
         dotted=dotted,
         calls=calls,
+        decorators={pre(k): v for k, v in py.get("decorators", {}).items()},
         methods=dict(py["methods"]),
         attributes=dict(py["attributes"]),
         imports={k: dict(v) for k, v in py["imports"].items()},
