@@ -19,6 +19,15 @@ import torch  # noqa: E402
 
 __version__ = "0.1.0"
 
+import os as _os  # noqa: E402
+
+if _os.environ.get("TORCH_MUSA_CUDA_COMPAT"):
+    # Only under the switch: a plain `import torch_musa.cuda_compat` later must
+    # still find the module unloaded, since importing it is what enables it.
+    from torch_musa import cuda_compat as _cuda_compat
+
+    _cuda_compat.apply_env_aliases()  # CUDA_VISIBLE_DEVICES etc., before _state reads them
+
 from torch_musa import _C, _state  # noqa: E402
 
 _state.configure_runtime()
@@ -46,5 +55,8 @@ try:  # profiler activity alias, as torch_musa spells it
 except (AttributeError, TypeError):
     pass
 
+
+if _os.environ.get("TORCH_MUSA_CUDA_COMPAT"):
+    _cuda_compat.maybe_enable_from_env()
 
 __all__ = ["__version__"]
