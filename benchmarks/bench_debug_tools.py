@@ -14,7 +14,7 @@ Rounds alternate between the modes, so machine noise hits them alike; each
 figure is the median step time over rounds. The target for "nan" is <= 1.2x.
 
     python benchmarks/bench_debug_tools.py [--device musa] [--rounds 5] [--steps 3]
-        [--size small|medium|large] [--models lm,cnn] [--no-compare] [--json out.json]
+        [--size small|medium|large|xl] [--models lm,cnn] [--no-compare] [--json out.json]
 """
 from __future__ import annotations
 
@@ -49,24 +49,23 @@ ex = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ex)
 
 SIZES = {
-    # (LM d, layers, batch, seq), (CNN batch, image side)
-    "small": ((64, 2, 4, 32), (16, 16)),
-    "medium": ((256, 2, 8, 64), (32, 32)),
-    "large": ((1024, 4, 16, 256), (128, 64)),       # GPU-sized
+    # (LM d, layers, batch, seq), (CNN batch, image side, width)
+    "small": ((64, 2, 4, 32), (16, 16, 16)),
+    "medium": ((256, 2, 8, 64), (32, 32, 32)),
+    "large": ((1024, 4, 16, 256), (256, 128, 64)),       # GPU-sized
+    "xl": ((1024, 4, 32, 512), (512, 128, 64)),
 }
 
 
 def build(model: str, size: str, device: str):
-    (d, layers, batch, seq), (cb, side) = SIZES[size]
+    (d, layers, batch, seq), (cb, side, width) = SIZES[size]
     torch.manual_seed(0)
     if model == "lm":
         m = ex.TinyLM(vocab=1000, d=d, heads=4, n_layers=layers).to(device)
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
         tokens = torch.randint(0, 1000, (batch, seq + 1), device=device)
         return m, (lambda: ex.lm_step(m, opt, tokens))
-    m = ex.CNN().to(device)
-    if side != 16:
-        m.classifier = torch.nn.Linear(32 * (side // 2) ** 2, 10).to(device)
+    m = ex.CNN(width=width, side=side).to(device)
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(cb, 3, side, side, device=device)
     y = torch.randint(0, 10, (cb,), device=device)

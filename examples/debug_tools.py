@@ -82,14 +82,14 @@ class LogCompress(nn.Module):
 
 
 class CNN(nn.Module):
-    def __init__(self, classes=10, log_compress=False):
+    def __init__(self, classes=10, log_compress=False, width=16, side=16):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1), LogCompress() if log_compress else nn.ReLU(),
+            nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, padding=1), LogCompress() if log_compress else nn.ReLU(),
             nn.MaxPool2d(2),
         )
-        self.classifier = nn.Linear(32 * 8 * 8, classes)
+        self.classifier = nn.Linear(2 * width * (side // 2) ** 2, classes)
 
     def forward(self, x):
         return self.classifier(self.features(x).flatten(1))
