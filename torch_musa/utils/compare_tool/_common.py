@@ -54,7 +54,7 @@ def default_tolerance(dtype: torch.dtype) -> tuple[float, float] | None:
 class OpName:
     """Names of one OpOverload: ``aten.exp.default`` / ``aten.exp`` / ``torch.ops.aten.exp``."""
 
-    __slots__ = ("full", "packet", "legacy", "base", "schema")
+    __slots__ = ("full", "packet", "legacy", "base", "schema", "ns")
 
     def __init__(self, func):
         ns, _, name = func._schema.name.partition("::")
@@ -62,6 +62,7 @@ class OpName:
             ns, name = "aten", ns
         overload = func._overloadname or "default"
         self.base = name
+        self.ns = ns
         self.full = f"{ns}.{name}.{overload}"
         self.packet = f"{ns}.{name}"
         # the name torch_musa's tool prints and uses for dump files
@@ -117,6 +118,11 @@ NONDETERMINISTIC = [
     "aten.detach", "aten.alias", "c10d.barrier", "aten.sym_size", "aten.sym_stride",
     "aten.sym_numel", "aten.sym_storage_offset", "aten.resize_as_",
 ]
+
+
+# namespaces whose ops talk to other processes: never replayed on CPU
+COLLECTIVE_NS = {"c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd",
+                 "_dtensor", "symm_mem"}
 
 
 # ----------------------------------------------------------------------------- trees

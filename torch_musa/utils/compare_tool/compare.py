@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from . import module_tracker as _mt
-from ._common import (DEFAULT_ATOL, DEFAULT_RTOL, OpName, _DefaultFloat, _WindowedMode,
+from ._common import (COLLECTIVE_NS, DEFAULT_ATOL, DEFAULT_RTOL, OpName, _DefaultFloat, _WindowedMode,
                       default_tolerance, describe, flatten_tensors, fmt_err, format_frame,
                       format_table, source_text, tree_map, user_frame)
 
@@ -366,7 +366,8 @@ class CompareWithCPU(_WindowedMode):
         skip = None
         if self.target_list and not self.target_list.matches(name):
             skip = "not_target"
-        elif self.white_list.matches(name) or _has_generator(args, kwargs):
+        elif (self.white_list.matches(name) or name.ns in COLLECTIVE_NS
+              or _has_generator(args, kwargs)):
             skip = "whitelisted"
         if skip:
             out = func(*args, **kwargs)
