@@ -83,7 +83,7 @@ def test_fused_adamw_defaults():
 def test_fused_state_dict_round_trip():
     got, opt = _train(lambda ps: FusedAdamW(ps, lr=0.01), DEV, steps=2)
     sd = opt.state_dict()
-    params = [torch.tensor(g).to(DEV).requires_grad_() for g in got]
+    params = [g.clone().to(DEV).requires_grad_() for g in got]
     opt2 = FusedAdamW(params, lr=0.01)
     opt2.load_state_dict(sd)
     st = opt2.state[params[0]]
