@@ -297,16 +297,6 @@ def collectives(rank, ws):
             want = vals[0] + vals[2] if rank in (0, 2) else vals[1]
             _eq(t, torch.full((2,), want), "subgroups by enumeration")
 
-    @check("functional_collectives")
-    def _():
-        import torch.distributed._functional_collectives as fc
-        t = torch.full((3,), vals[rank], device=dev)
-        out = fc.all_reduce(t, "sum", dist.group.WORLD)
-        out = fc.wait_tensor(out) if hasattr(fc, "wait_tensor") else out
-        _eq(out, torch.full((3,), sum(vals)), "functional all_reduce")
-        g = fc.all_gather_tensor(t, 0, dist.group.WORLD)
-        _eq(g, torch.tensor(vals).repeat_interleave(3), "functional all_gather_tensor")
-
     @check("local_dtype_mismatch")
     def _():
         out = torch.empty(ws * 3, device=dev, dtype=torch.float64)
@@ -330,6 +320,7 @@ def collectives(rank, ws):
 
     results = {}
     for name, fn in checks.items():
+        t0 = time.monotonic()
         try:
             fn()
             results[name] = "ok"
@@ -339,6 +330,8 @@ def collectives(rank, ws):
             dist.barrier()
         except Exception:  # noqa: BLE001
             pass
+        if os.environ.get("MCCL_TEST_TIMES"):
+            results[f"__time_{name}"] = round(time.monotonic() - t0, 2)
     dist.destroy_process_group()
     return results
 
@@ -495,6 +488,18 @@ def fsdp2(rank, ws):
     torch.musa.set_device(dev)
     dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=TIMEOUT)
     results = {}
+    try:  # functional collectives (DTensor's path): wait through the C++ work registry
+        import torch.distributed._functional_collectives as fc
+        t = torch.full((3,), float(rank + 1), device=dev)
+        out = fc.wait_tensor(fc.all_reduce(t, "sum", dist.group.WORLD))
+        _eq(out, torch.full((3,), float(sum(range(1, ws + 1)))), "functional all_reduce")
+        g = fc.all_gather_tensor(t, 0, dist.group.WORLD)
+        _eq(g, torch.tensor([float(r + 1) for r in range(ws)]).repeat_interleave(3), "functional all_gather")
+        rs = fc.wait_tensor(fc.reduce_scatter_tensor(torch.ones(ws * 2, device=dev), "sum", 0, dist.group.WORLD))
+        _eq(rs, torch.full((2,), float(ws)), "functional reduce_scatter")
+        results["functional_collectives"] = "ok"
+    except Exception:  # noqa: BLE001
+        results["functional_collectives"] = traceback.format_exc()[-3000:]
     try:
         mesh = init_device_mesh("musa", (ws,))
         torch.manual_seed(0)
@@ -504,10 +509,10 @@ def fsdp2(rank, ws):
         for b in model.blocks:
             fully_shard(b, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        ropt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
         g = torch.Generator().manual_seed(2)
-        for _ in range(3):
+        for _ in range(2):
             idx = torch.randint(0, 32, (2 * ws, 6), generator=g)
             tgt = torch.randint(0, 32, (2 * ws, 6), generator=g)
             mine = slice(rank * 2, rank * 2 + 2)
@@ -581,11 +586,41 @@ def mismatch(rank, ws):
         ok = "all_reduce" in msg and ("shape" in msg or "size" in msg)
         results["mismatch_shape"] = "ok" if ok and time.monotonic() - t0 < 8 else f"unclear: {msg[:600]}"
         results["mismatch_shape_msg"] = msg[:600]
+    # same byte count, different dtypes: Gloo alone would mix float32 and int32 bits silently
+    t = torch.ones(4, device=dev, dtype=torch.float32 if rank == 0 else torch.int32)
+    try:
+        dist.all_reduce(t)
+        results["mismatch_dtype"] = "no error raised"
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        ok = "all_reduce" in msg and "dtype" in msg.lower()
+        results["mismatch_dtype"] = "ok" if ok else f"unclear: {msg[:600]}"
+    t = torch.ones(4, device=dev)
+    dist.all_reduce(t)  # the group still works afterwards
+    results["mismatch_then_ok"] = "ok" if torch.equal(t.cpu(), torch.full((4,), 2.0)) else str(t)
     os._exit(_write(results))
 
 
-SCENARIOS = {"collectives": collectives, "init": init_variants, "ddp": ddp, "fsdp2": fsdp2,
+def lonely(rank, ws):
+    """Rank 1 never joins: init_process_group on rank 0 raises within the timeout."""
+    if rank != 0:
+        os._exit(0)
+    results = {}
+    t0 = time.monotonic()
+    try:
+        dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=datetime.timedelta(seconds=2))
+        results["fault_never_joins"] = "init returned without the peer"
+    except Exception as e:  # noqa: BLE001
+        dt = time.monotonic() - t0
+        results["fault_never_joins"] = "ok" if dt < 8 else f"raised after {dt:.1f}s"
+        results["fault_never_joins_msg"] = str(e)[:400]
+    return results
+
+
+SCENARIOS = {"lonely": lonely, "collectives": collectives, "init": init_variants, "ddp": ddp, "fsdp2": fsdp2,
              "faults": faults, "mismatch": mismatch}
+# port offsets so that scenarios chained in one launch ("collectives+ddp") never share a store
+_PORT_OFFSET = {"collectives": 0, "init": 10, "ddp": 20, "fsdp2": 30, "faults": 0, "mismatch": 0, "lonely": 0}
 _OUT = None
 
 
@@ -600,11 +635,18 @@ def main():
     scenario, rank, ws, port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(ws))
     _OUT = f"{out}.rank{rank}.json"
-    try:
-        results = SCENARIOS[scenario](rank, ws)
-    except Exception:  # noqa: BLE001
-        results = {"__scenario__": traceback.format_exc()[-3000:]}
-    _write(results)
+    results = {}
+    for name in scenario.split("+"):
+        t0 = time.monotonic()
+        os.environ["MASTER_PORT"] = str(int(port) + _PORT_OFFSET[name])
+        try:
+            results.update(SCENARIOS[name](rank, ws))
+        except Exception:  # noqa: BLE001
+            results[f"__{name}__"] = traceback.format_exc()[-3000:]
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        results[f"__time_{name}"] = round(time.monotonic() - t0, 2)
+        _write(results)
     sys.stdout.flush()
     os._exit(0)
 

@@ -12,7 +12,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def free_port(span: int = 4) -> int:
+def free_port(span: int = 40) -> int:
     """A free TCP port p such that p..p+span-1 were free when probed."""
     for _ in range(50):
         with socket.socket() as s:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import os
 import queue
 import threading
 import warnings
@@ -115,6 +116,8 @@ def _named_error(name, backend, tensors, exc):
         where = f"rank {backend.rank()} of {backend.size()}"
     except Exception:  # noqa: BLE001
         where = "this rank"
+    if tensors and isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
     hint = ""
     low = msg.lower()
     if "timed out" in low or "timeout" in low:
@@ -123,16 +126,19 @@ def _named_error(name, backend, tensors, exc):
     elif "connection closed" in low or "connection reset" in low or "broken pipe" in low:
         hint = " (a peer process exited or closed its connection)"
     elif "preamble" in low or "size mismatch" in low or "mismatch" in low or "nbytes" in low:
-        hint = (" (the ranks passed tensors of different shapes or dtypes; run with "
-                "TORCH_DISTRIBUTED_DEBUG=DETAIL for a cross-rank check)")
+        hint = (" (the ranks passed tensors of different shapes or dtypes"
+                + ("" if _check_collectives() or "Detected mismatch" in msg else
+                   "; set MCCL_CHECK_COLLECTIVES=1 for a cross-rank check before each collective") + ")")
     return MCCLError(f"mccl {name} failed on {where}, local tensors {_describe(tensors)}{hint}: {msg}")
 
 
-def _resolved(name, backend, tensors, value, fut):
+def _resolved(name, backend, tensors, value, errors, fut):
     try:
         fut.value()
     except Exception as exc:  # noqa: BLE001
-        raise _named_error(name, backend, tensors, exc) from exc
+        err = _named_error(name, backend, tensors, exc)
+        errors.append(err)
+        raise err from exc
     return value
 
 
@@ -174,6 +180,85 @@ class _Completer:
 _completer = _Completer()
 
 
+class _MusaWork(dist.Work):
+    """The Work of an asynchronous mccl collective.
+
+    ``wait()`` raises the collective's error (naming it), ``is_completed()``
+    polls, ``get_future()`` yields the musa tensors. It is a Python subclass of
+    ``Work``: the C++ side (DDP, functional collectives) reaches these methods
+    only while the Python object lives, so ``_LIVE`` keeps it until it has
+    completed and been waited on (or its future taken); works nobody ever
+    waits on are kept for the last ``_UNTOUCHED_KEEP`` of them only.
+    """
+
+    def __init__(self, fut, name, errors=None):
+        super().__init__()
+        self._fut = fut
+        self._name = name
+        self._errors = errors
+        self._touched = False
+        _LIVE.add(self)
+        fut.add_done_callback(self._on_done)
+
+    def _on_done(self, _fut):
+        if self._touched:
+            _LIVE.discard(self)
+        else:
+            _UNTOUCHED.append(self)  # bounded: evicts the oldest
+            _LIVE.discard(self)
+
+    def _touch(self):
+        self._touched = True
+        if self._fut.done():
+            _LIVE.discard(self)
+
+    def wait(self, timeout=None):  # noqa: ARG002  (Gloo enforces the group's timeout)
+        try:
+            self._fut.wait()
+        except Exception:
+            if self._errors:  # the MCCLError itself, not torch's "error when running the callback" wrapper
+                raise self._errors[0] from None
+            raise
+        finally:
+            self._touch()
+        return True
+
+    def get_future(self):
+        self._touch()
+        return self._fut
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        if not self._fut.done():
+            raise RuntimeError("mccl work is not completed yet")
+        return self.exception() is None
+
+    def exception(self):
+        if not self._fut.done():
+            return None
+        try:
+            self._fut.value()
+        except Exception as exc:  # noqa: BLE001
+            return self._errors[0] if self._errors else exc
+        return None
+
+    def result(self):
+        return self._fut.wait()
+
+    def synchronize(self):
+        self.wait()
+
+    def __repr__(self):
+        return f"<mccl Work {self._name} completed={self.is_completed()}>"
+
+
+_LIVE: set = set()
+_UNTOUCHED_KEEP = 256
+_UNTOUCHED = __import__("collections").deque(maxlen=_UNTOUCHED_KEEP)
+
+
 def _finish(name, backend, work, async_op, value, tensors, has_future=True):
     """Sync: wait here (errors name the collective). Async: a Work whose future yields ``value``."""
     if not async_op:
@@ -182,12 +267,13 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
         except Exception as exc:  # noqa: BLE001
             raise _named_error(name, backend, tensors, exc) from exc
         return work.boxed()
+    errors = []
     if has_future:
-        fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value))
+        fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value, errors))
     else:
         fut = torch.futures.Future()
         _completer.submit((work, fut, name, backend, tensors, value))
-    return _work_from_future(fut).boxed()
+    return _MusaWork(fut, name, errors).boxed()
 
 
 _REDUCE_OPS = {int(v): _c10d.ReduceOp(v) for k, v in _c10d.ReduceOp.RedOpType.__members__.items()
@@ -201,7 +287,7 @@ def _reduce_op(op, name):
         return _REDUCE_OPS[code]
     except KeyError:
         raise MCCLError(f"mccl {name}: ReduceOp {_c10d.ReduceOp.RedOpType(code).name} is not supported "
-                        f"(mccl runs Gloo, which supports SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR)") from None
+                        f"(mccl runs Gloo: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)") from None
 
 
 def _backend(pg):
@@ -369,7 +455,7 @@ def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op,
     if async_op:
         fut = torch.futures.Future()
         _completer.submit((_Seq(ws), fut, "reduce_scatter_tensor_coalesced", b, inputs, outputs))
-        return _work_from_future(fut).boxed()
+        return _MusaWork(fut, "reduce_scatter_tensor_coalesced").boxed()
     return _finish_many("reduce_scatter_tensor_coalesced", b, ws, async_op, outputs, inputs)
 
 
@@ -465,7 +551,7 @@ def _finish_many(name, backend, works, async_op, value, tensors):
                 raise _named_error(name, backend, tensors, exc) from exc
         return value
 
-    return _work_from_future(all_done.then(_cb)).boxed()
+    return _MusaWork(all_done.then(_cb), name).boxed()
 
 
 class _Seq:
@@ -525,7 +611,58 @@ def _create_backend(dist_opts, backend_options=None):
         backend.options.group_name = dist_opts.group_id
     except Exception:  # noqa: BLE001  (informational fields)
         pass
+    if _check_collectives() and dist.get_debug_level() != dist.DebugLevel.DETAIL:
+        # Cross-rank fingerprint check (op, shapes, dtypes) before every collective: PyTorch's
+        # ProcessGroupWrapper, which TORCH_DISTRIBUTED_DEBUG=DETAIL also installs (then not twice).
+        from torch.distributed.distributed_c10d import _create_process_group_wrapper
+
+        backend = _create_process_group_wrapper(
+            backend, f"mccl_check:{dist_opts.group_id}", dist_opts.store, dist_opts.group_rank,
+            dist_opts.group_size, timeout)
     return backend
+
+
+def _check_collectives() -> bool:
+    return os.environ.get("MCCL_CHECK_COLLECTIVES", "0").lower() not in ("", "0", "false", "no", "off")
+
+
+_USER_NAMES = {
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced", "broadcast_": "broadcast",
+    "reduce_": "reduce", "allgather_": "all_gather", "_allgather_base_": "all_gather_into_tensor",
+    "allgather_coalesced_": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced", "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all_single", "gather_": "gather", "scatter_": "scatter", "send": "send",
+    "recv_": "recv", "recv_any_source_": "recv_anysource", "barrier": "barrier",
+    "monitored_barrier_": "monitored_barrier",
+}
+
+
+def _named_kernel(op_name, fn):
+    """Errors raised while issuing the collective (argument checks, debug-mode
+    cross-rank checks) come out as MCCLError naming the collective."""
+    name = _USER_NAMES.get(op_name, op_name)
+
+    @functools.wraps(fn)
+    def kernel(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MCCLError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            pg = args[2] if op_name in ("allgather_", "_allgather_base_", "allgather_coalesced_",
+                                        "allgather_into_tensor_coalesced_", "reduce_scatter_",
+                                        "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_",
+                                        "alltoall_", "alltoall_base_", "gather_", "scatter_") else args[1]
+            try:
+                backend = _backend(pg)
+            except Exception:  # noqa: BLE001
+                backend = None
+            first = args[0]
+            raise _named_error(name, backend, first if isinstance(first, list) else [first], exc) from exc
+
+    return kernel
 
 
 def _install_kernels():
@@ -541,7 +678,7 @@ def _install_kernels():
         warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
         for name, fn in _KERNELS.items():
             if hasattr(torch.ops.c10d, name):
-                lib.impl(name, fn, "PrivateUse1")
+                lib.impl(name, _named_kernel(name, fn), "PrivateUse1")
     _LIB = lib
 
 
