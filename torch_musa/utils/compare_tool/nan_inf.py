@@ -1,8 +1,9 @@
 """NanInfTracker: find the op that first produced NaN/Inf, without a host sync per op.
 
 Per op, the floating outputs are queued (at most ``batch`` of them, and never
-past an op that writes in place) and reduced together on the device by one fused
-``torch._foreach_norm(..., inf)``: a NaN anywhere gives NaN, +-Inf gives Inf.
+past an op that writes in place) and reduced on the device without a host sync:
+one fused ``torch._foreach_norm(..., inf)`` per batch on CUDA, ``aminmax`` per
+tensor elsewhere (a NaN anywhere gives NaN, +-Inf shows as Inf).
 The per-op results stay on the device, next to a few words of metadata per op
 (op, module path, source line, storage ids of inputs/outputs, weak refs to the
 float inputs). Every ``check_every`` ops and at each ``step()`` the whole window
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 import weakref
 
 import torch
@@ -61,13 +63,17 @@ _INF = math.inf
 _graph_task_id = torch._C._current_graph_task_id
 
 
-def _inf_norm(t: torch.Tensor) -> torch.Tensor:
-    """max |t| on the device; on CPU when the device cannot compute the dtype (float64 on
-    a musa profile without it)."""
+def _min_max(t: torch.Tensor):
+    """(min, max) of t on its device; on CPU when the device cannot compute the dtype
+    (float64 on a musa profile without it)."""
     try:
-        return t.abs().amax()
+        return torch.aminmax(t)
     except RuntimeError:
-        return t.detach().to("cpu").abs().amax()
+        try:
+            return torch.aminmax(t.detach().to("cpu"))
+        except RuntimeError:            # no CPU aminmax for the dtype
+            a = t.detach().to("cpu").float()
+            return a.amin(), a.amax()
 
 
 def _skey(t: torch.Tensor) -> int:
@@ -277,29 +283,41 @@ class NanInfTracker(_WindowedMode):
         return out
 
     def _reduce_pending(self) -> None:
-        """One fused device reduction (inf-norm: NaN stays NaN, +-Inf gives Inf) per device."""
+        """Reduce the queued outputs on their device; no host sync.
+
+        CUDA: one fused ``_foreach_norm(inf)`` per batch (NaN stays NaN, +-Inf gives Inf).
+        Other devices (musa's host driver has no fused foreach): ``aminmax`` per tensor,
+        a single pass (NaN makes both NaN, +-Inf shows in max/min).
+        """
         pending, self._pending = self._pending, []
         self._pending_bytes = 0
         base = self._nflag - len(pending)
         by_dev: dict = {}
         for j, t in enumerate(pending):
             by_dev.setdefault(t.device, []).append(j)
-        for idxs in by_dev.values():
-            ts = [pending[j] for j in idxs]
-            try:
-                norms = list(torch._foreach_norm(ts, math.inf))
-            except Exception:  # noqa: BLE001 - no foreach kernel for these: one by one
-                norms = [_inf_norm(t) for t in ts]
-            groups: dict = {}
-            for j, nrm in zip(idxs, norms):
-                groups.setdefault(nrm.device, ([], []))
-                groups[nrm.device][0].append(nrm)
-                groups[nrm.device][1].append(base + j)
-            for ns, ids in groups.values():
-                dt = ns[0].dtype
-                if any(n.dtype != dt for n in ns):
-                    ns = [n.float() for n in ns]
-                self._flag_parts.append((torch.stack(ns), ids))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # "runs through the CPU fallback" notices
+            for dev, idxs in by_dev.items():
+                vals: list = []
+                ids: list = []
+                if dev.type == "cuda" and len(idxs) > 1:
+                    try:
+                        vals = list(torch._foreach_norm([pending[j] for j in idxs], math.inf))
+                        ids = [base + j for j in idxs]
+                    except Exception:  # noqa: BLE001 - mixed dtypes etc.: one by one below
+                        vals, ids = [], []
+                if not vals:
+                    for j in idxs:
+                        for v in _min_max(pending[j]):
+                            vals.append(v)
+                            ids.append(base + j)
+                groups: dict = {}
+                for v, i in zip(vals, ids):
+                    g = groups.setdefault((v.device, v.dtype), ([], []))
+                    g[0].append(v)
+                    g[1].append(i)
+                for vs, gids in groups.values():
+                    self._flag_parts.append((torch.stack(vs), gids))
 
     # ------------------------------------------------------------------ checking
     def flush(self) -> bool:
@@ -321,17 +339,20 @@ class NanInfTracker(_WindowedMode):
         finite = [True] * n
         nan = [False] * n
         for items in by_dev.values():
-            vec = torch.cat([v for v, _ in items]) if len(items) > 1 else items[0][0]
-            res = torch.cat([torch.isfinite(vec), torch.isnan(vec)]).cpu()     # the one read
-            k = vec.numel()
+            vecs = [v for v, _ in items]           # dtypes may differ: test, then concatenate
+            res = torch.cat([torch.isfinite(v) for v in vecs]
+                            + [torch.isnan(v) for v in vecs]).cpu()          # the one read
+            k = sum(v.numel() for v in vecs)
             if bool(res[:k].all()):
                 continue
             fin, isn = res[:k].tolist(), res[k:].tolist()
             j = 0
             for _, idxs in items:
                 for i in idxs:
-                    finite[i] = fin[j]
-                    nan[i] = isn[j]
+                    if not fin[j]:
+                        finite[i] = False
+                    if isn[j]:
+                        nan[i] = True
                     j += 1
         if all(finite):
             if self._bad:       # storages rewritten by finite ops are clean again (or reused)
