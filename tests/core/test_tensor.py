@@ -112,3 +112,11 @@ def test_autoload_registers_musa_on_import_torch(subpython):
     off = subpython("import torch; import sys; print('torch_musa' in sys.modules)",
                     {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert off.stdout.strip() == "False"
+
+
+def test_zero_tensor_gradients_survive():
+    # sgn's backward makes an "efficient zero" tensor (no bytes behind it).
+    x = torch.randn(5, device="musa", requires_grad=True)
+    torch.sgn(x).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.zeros(5))
+    assert torch.equal(x.grad.clone().cpu(), torch.zeros(5))

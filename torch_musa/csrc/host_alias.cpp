@@ -20,6 +20,9 @@ const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 
 at::Tensor make_like(c10::Storage storage, c10::DispatchKeySet keys,
                      const at::Tensor& like) {
+  // Zero tensors (autograd's efficient zeros) have no bytes: kernels must
+  // see them as such on both sides.
+  if (like._is_zerotensor()) keys = keys.add(c10::DispatchKey::ZeroTensor);
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), keys,
                                                    like.dtype());
   impl->set_sizes_and_strides(like.sizes(), like.strides(),
@@ -52,7 +55,9 @@ c10::Storage adopt_storage(const at::Tensor& t, c10::DeviceIndex device,
   const size_t nbytes = hs->nbytes();
   const c10::Device dev(c10::DeviceType::PrivateUse1, device);
   c10::DataPtr dp;
-  if (DeviceAllocator::owns(hs->data_ptr()) &&
+  if (hs->data() == nullptr) {  // nothing to move (empty or zero tensor)
+    dp = c10::DataPtr(nullptr, dev);
+  } else if (DeviceAllocator::owns(hs->data_ptr()) &&
       c10::raw::intrusive_ptr::use_count(hs) == size_t(refs_on_stack)) {
     dp = hs->set_data_ptr(c10::DataPtr(nullptr, hs->device()));
     dp.unsafe_set_device(dev);
