@@ -1,7 +1,7 @@
 """Flash vs math scaled-dot-product attention on musa: peak device memory and time.
 
-    .venv/bin/python benchmarks/bench_sdpa.py                 # seq 1k..8k, forward
-    .venv/bin/python benchmarks/bench_sdpa.py --backward      # forward + backward
+    .venv/bin/python benchmarks/bench_sdpa.py                 # seq 1k..8k: forward, then forward+backward
+    .venv/bin/python benchmarks/bench_sdpa.py --mode fwd      # forward only
     .venv/bin/python benchmarks/bench_sdpa.py --seq 1024 2048 --heads 8 --dtype bfloat16
     .venv/bin/python benchmarks/bench_sdpa.py --causal --threads 0
 
@@ -58,7 +58,7 @@ def main(argv=None):
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--mode", choices=["fwd", "fwdbwd", "both"], default="both")
     ap.add_argument("--repeats", type=int, default=2, help="best of N")
     ap.add_argument("--threads", type=int, default=1,
                     help="intra-op threads (default 1: on a shared, loaded host OpenMP threads "
@@ -70,17 +70,22 @@ def main(argv=None):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
-    print(f"B={args.batch} H={args.heads} D={args.head_dim} {args.dtype} causal={args.causal} "
-          f"backward={args.backward} threads={torch.get_num_threads()}")
+    for backward in {"fwd": [False], "fwdbwd": [True], "both": [False, True]}[args.mode]:
+        run(args, dtype, backward)
+
+
+def run(args, dtype, backward):
+    print(f"\nB={args.batch} H={args.heads} D={args.head_dim} {args.dtype} causal={args.causal} "
+          f"{'forward+backward' if backward else 'forward'} threads={torch.get_num_threads()}")
     print(f"{'seq':>6} {'flash ms':>10} {'math ms':>10} {'speedup':>8} {'flash MiB':>10} {'math MiB':>10}")
     g = torch.Generator().manual_seed(0)
     for L in args.seq:
         shape = (args.batch, args.heads, L, args.head_dim)
-        q, k, v = (torch.randn(shape, generator=g).to(dtype).to("musa").requires_grad_(args.backward)
+        q, k, v = (torch.randn(shape, generator=g).to(dtype).to("musa").requires_grad_(backward)
                    for _ in range(3))
-        ft, fm = measure(SDPBackend.FLASH_ATTENTION, q, k, v, args.causal, args.backward, args.repeats)
+        ft, fm = measure(SDPBackend.FLASH_ATTENTION, q, k, v, args.causal, backward, args.repeats)
         if L <= args.skip_math_above:
-            mt, mm = measure(SDPBackend.MATH, q, k, v, args.causal, args.backward, args.repeats)
+            mt, mm = measure(SDPBackend.MATH, q, k, v, args.causal, backward, args.repeats)
             print(f"{L:>6} {ft * 1e3:>10.1f} {mt * 1e3:>10.1f} {mt / ft:>7.2f}x {fm / 2**20:>10.1f} "
                   f"{mm / 2**20:>10.1f}", flush=True)
         else:
