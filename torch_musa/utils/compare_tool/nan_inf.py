@@ -367,12 +367,17 @@ class NanInfTracker(_WindowedMode):
         logged_downstream = 0
         clean: set = set()           # storages written by finite ops earlier in this window
         for rec in recs:
-            sl = range(rec.f0, rec.f0 + rec.nf)
-            if all(finite[i] for i in sl):
+            f0 = rec.f0
+            if rec.nf == 1:
+                ok = finite[f0]
+            else:
+                ok = all(finite[i] for i in range(f0, f0 + rec.nf))
+            if ok:
                 for k in rec.out_keys:
                     self._bad.pop(k, None)
                     clean.add(k)
                 continue
+            sl = range(f0, f0 + rec.nf)
             for k in rec.out_keys:
                 clean.discard(k)
             has_nan = any(nan[i] for i in sl)
@@ -418,7 +423,7 @@ class NanInfTracker(_WindowedMode):
                 for k in list(self._bad)[:100_000]:
                     del self._bad[k]
             if kind == "downstream" or kind == "explicit":
-                if logged_downstream < 50:
+                if logged_downstream < 50 and self._jsonl_file is not None:
                     logged_downstream += 1
                     self._emit_json(self._record(rec, kind, flags, finite, nan, None, []))
                 continue
