@@ -31,8 +31,14 @@ _installed = False
 _registered_ops: dict[str, str] = {}
 
 
+_DEVICE_TYPE: str | None = None
+
+
 def _device_type() -> str:
-    return torch._C._get_privateuse1_backend_name()
+    global _DEVICE_TYPE
+    if _DEVICE_TYPE is None:
+        _DEVICE_TYPE = torch._C._get_privateuse1_backend_name()
+    return _DEVICE_TYPE
 
 
 def _check_dtype(dtype: torch.dtype) -> None:
@@ -62,11 +68,12 @@ def clear_cache() -> None:
 
 
 def _cached_cast(t: torch.Tensor, dtype: torch.dtype, dev: str):
-    if not _eligible(t, dev) or t.dtype == dtype:
+    tdtype = t.dtype
+    if tdtype == dtype or not t.is_floating_point() or tdtype is torch.float64 or t.device.type != dev:
         return t
     can_cache = (
         dtype is not torch.float32
-        and t.dtype is torch.float32
+        and tdtype is torch.float32
         and t.requires_grad
         and t.is_leaf
         and not t._is_view()
@@ -89,8 +96,13 @@ def _cast(value, dtype, dev):
     if isinstance(value, torch.Tensor):
         return _cached_cast(value, dtype, dev)
     if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, dtype, dev) for v in value)
+        return type(value)([_cast(v, dtype, dev) for v in value])
     return value
+
+
+def _cast_args(args, dtype, dev):
+    return [_cached_cast(a, dtype, dev) if isinstance(a, torch.Tensor) else _cast(a, dtype, dev)
+            for a in args]
 
 
 def _tensors(values):
@@ -105,9 +117,13 @@ def _lower_precision_kernel(op):
     def kernel(*args, **kwargs):
         dev = _device_type()
         dtype = torch.get_autocast_dtype(dev)
-        _check_dtype(dtype)
+        if dtype is torch.bfloat16:
+            _check_dtype(dtype)
+        args = _cast_args(args, dtype, dev)
+        if kwargs:
+            kwargs = {k: _cast(v, dtype, dev) for k, v in kwargs.items()}
         with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
-            return op(*_cast(args, dtype, dev), **{k: _cast(v, dtype, dev) for k, v in kwargs.items()})
+            return op(*args, **kwargs)
 
     return kernel
 
@@ -115,9 +131,11 @@ def _lower_precision_kernel(op):
 def _fp32_kernel(op):
     def kernel(*args, **kwargs):
         dev = _device_type()
+        args = _cast_args(args, torch.float32, dev)
+        if kwargs:
+            kwargs = {k: _cast(v, torch.float32, dev) for k, v in kwargs.items()}
         with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
-            return op(*_cast(args, torch.float32, dev),
-                      **{k: _cast(v, torch.float32, dev) for k, v in kwargs.items()})
+            return op(*args, **kwargs)
 
     return kernel
 
