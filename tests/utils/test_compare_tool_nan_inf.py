@@ -200,3 +200,14 @@ def test_float64_tensors_on_a_profile_without_float64():
     assert [e["op"] for e in t.events] == ["aten._to_copy.default"]
     assert t.events[0]["kind"] == "entered"          # the NaN was in the CPU source tensor
     del d, h
+
+
+def test_long_run_keeps_bounded_state():
+    x = torch.randn(16, device=DEV)
+    with NanInfTracker(verbose=False, max_printed=0) as t:
+        t.max_events = 5
+        for _ in range(40):
+            torch.log(-x.abs() - 1) * 2
+            t.step()
+    assert t.counts["origin"] == 40 and len(t.events) == 5
+    assert not t._recs and not t._pending and not t._flag_parts and len(t._bad) <= 80

@@ -108,7 +108,7 @@ def open_module_tracker(module: torch.nn.Module, root_name: str = "model") -> Mo
     handles = []
     for name, mod in module.named_modules():
         path = f"{root_name}.{name}" if name else root_name
-        handles.append(mod.register_forward_pre_hook(_make_pre(path)))
+        handles.append(mod.register_forward_pre_hook(_make_pre(path, is_root=not name)))
         handles.append(mod.register_forward_hook(_make_post(path)))
     for name, p in module.named_parameters():
         STATE.params[id(p)] = p
@@ -130,13 +130,15 @@ def _first_grad_tensor(obj):
     return None
 
 
-def _make_pre(path: str):
+def _make_pre(path: str, is_root: bool = False):
     st = STATE
 
     def leave_bw(grad):
         st._pop_bw(path)
 
     def pre(mod, args):
+        if is_root and path in st.fwd:      # a forward that raised left its entries behind
+            st.fwd.clear()
         if not st.fwd and torch._C._current_graph_task_id() == -1:
             st.bwd.clear()
         st.fwd.append(path)
