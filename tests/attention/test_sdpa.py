@@ -112,17 +112,22 @@ def test_math_dropout_runs_and_is_seeded():
     assert not torch.allclose(res[0], plain)
 
 
-def test_flash_dropout_forward_and_backward_match_the_masked_reference(small_tiles):
+@pytest.mark.parametrize("causal,Hk", [(False, 2), (True, 2), (True, 1)])
+def test_flash_dropout_forward_and_backward_match_the_masked_reference(small_tiles, causal, Hk):
     B, H, L, S, D, p, seed = 1, 2, 40, 70, 16, 0.3, 77
-    q, k, v = (t.detach().float() for t in _qkv(B, H, H, L, S, D, torch.float16))
+    q, k, v = (t.detach().float() for t in _qkv(B, H, Hk, L, S, D, torch.float16))
     keep = flash.dropout_mask(seed, B, H, L, S, p, DEV)
     qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
-    ref = (torch.softmax(qr @ kr.transpose(-1, -2) / math.sqrt(D), -1) * keep / (1 - p)) @ vr
+    scores = qr @ kr.repeat_interleave(H // Hk, 1).transpose(-1, -2) / math.sqrt(D)
+    if causal:
+        scores = scores.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1).to(DEV), float("-inf"))
+    ref = (torch.softmax(scores, -1) * keep / (1 - p)) @ vr.repeat_interleave(H // Hk, 1)
     grad = torch.randn_like(ref)
     ref_grads = torch.autograd.grad(ref, (qr, kr, vr), grad)
-    out, lse = flash.flash_attention_forward(q, k, v, dropout_p=p, seed=seed)
+    out, lse = flash.flash_attention_forward(q, k, v, dropout_p=p, is_causal=causal, seed=seed)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    grads = flash.flash_attention_backward(grad, q, k, v, out, lse, dropout_p=p, seed=seed)[:3]
+    grads = flash.flash_attention_backward(grad, q, k, v, out, lse, dropout_p=p, is_causal=causal,
+                                           seed=seed)[:3]
     for a, b in zip(grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 

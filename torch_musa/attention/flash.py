@@ -108,7 +108,8 @@ def flash_attention_forward(q, k, v, bias=None, dropout_p=0.0, is_causal=False, 
         acc = None
         kend = min(Lk, i1) if is_causal else Lk
         for j0 in range(0, kend, bn):
-            j1 = min(j0 + bn, kend)
+            # Full-width tiles even past the causal edge: the tile shape keys the dropout mask.
+            j1 = min(j0 + bn, Lk)
             s = torch.matmul(qi, kt[..., j0:j1])
             if b5 is not None:
                 s.add_(b5[..., i0:i1, j0:j1])
