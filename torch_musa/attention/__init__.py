@@ -149,7 +149,8 @@ def _flash_forward_op(query, key, value, attn_bias=None, dropout_p=0.0, is_causa
         bias = _bool_to_additive(bias, query.dtype)
     seed = 0
     if dropout_p > 0.0:
-        seed = int(torch.randint(0, 2**62, (), device="cpu").item())
+        # From the device's default generator, as CUDA flash takes its philox seed.
+        seed = int(torch.randint(0, 2**62, (), device=query.device).item())
     out, lse = flash_attention_forward(query, key, value, bias, dropout_p, is_causal, scale, seed)
     empty = torch.empty(0, device=query.device)
     philox_seed = torch.tensor(seed, dtype=torch.int64)
