@@ -14,7 +14,8 @@ Rounds alternate between the modes, so machine noise hits them alike; each
 figure is the median step time over rounds. The target for "nan" is <= 1.2x.
 
     python benchmarks/bench_debug_tools.py [--device musa] [--rounds 5] [--steps 3]
-        [--size small|medium|large|xl] [--models lm,cnn] [--no-compare] [--json out.json]
+        [--size small|medium|large|xl] [--models lm,cnn] [--no-compare] [--clock wall|cpu]
+        [--json out.json]
 """
 from __future__ import annotations
 
@@ -83,6 +84,9 @@ def _sync(device):
         mod.synchronize()
 
 
+CLOCK = time.perf_counter
+
+
 def time_mode(mode: str, model, step, steps: int, device: str) -> float:
     """Seconds per step (mean over `steps`) with the tool of `mode` around them."""
     handle = open_module_tracker(model) if mode in ("nan+modules",) else None
@@ -102,13 +106,13 @@ def time_mode(mode: str, model, step, steps: int, device: str) -> float:
         with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
             with tool as t:
                 _sync(device)
-                t0 = time.perf_counter()
+                t0 = CLOCK()
                 for _ in range(steps):
                     step()
                     if hasattr(t, "step"):
                         t.step()
                 _sync(device)
-                dt = time.perf_counter() - t0
+                dt = CLOCK() - t0
     finally:
         if handle is not None:
             handle.remove()
@@ -124,8 +128,13 @@ def main(argv=None):
     ap.add_argument("--models", default="lm,cnn")
     ap.add_argument("--no-compare", action="store_true", help="leave CompareWithCPU out")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: keep)")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="cpu: this process's CPU time (all threads) - steadier on a shared "
+                         "machine for a host-executed device such as musa; wall for GPUs")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.threads:
         torch.set_num_threads(args.threads)
     modes = ["off", "dispatch only", "nan", "nan+modules", "nan sync/op"] + (
@@ -145,7 +154,8 @@ def main(argv=None):
         results[name]["_spread"] = {m: (min(v), max(v)) for m, v in times.items()}
 
     print(f"\ndevice={args.device} size={args.size} threads={torch.get_num_threads()} "
-          f"rounds={args.rounds} steps/round={args.steps}  (median step time; ratio to off)")
+          f"rounds={args.rounds} steps/round={args.steps} clock={args.clock}  "
+          "(median step time; ratio to off)")
     head = f"{'mode':<14}" + "".join(f"{n + ' ms':>12}{'ratio':>8}" for n in results)
     print(head)
     print("-" * len(head))
