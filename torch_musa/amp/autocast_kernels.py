@@ -227,7 +227,11 @@ def install() -> None:
     if _installed:
         return
     fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(torch.library.fallthrough_kernel, KEY)
+    try:
+        fallback.fallback(torch.library.fallthrough_kernel, KEY)
+    except RuntimeError as e:  # a fallback for the key exists already (e.g. from C++): keep it
+        if "multiple" not in str(e).lower():
+            raise
     lib = torch.library.Library("aten", "IMPL")
     _libs.extend([fallback, lib])
 
