@@ -502,7 +502,7 @@ class CompareWithCPU(_WindowedMode):
     def _print_failure(self, rec, name, args, kwargs, out, code):
         if self._printed >= self.max_printed:
             if self._printed == self.max_printed:
-                self._emit_text(f"[CompareWithCPU] more mismatches: see the JSON log / summary")
+                self._emit_text("[CompareWithCPU] more mismatches: see the JSON log / summary")
             self._printed += 1
             return
         self._printed += 1

@@ -34,7 +34,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from . import module_tracker as _mt
-from ._common import (OpName, OpSet, _WindowedMode, describe, flatten_tensors, fmt_err,
+from ._common import (OpName, OpSet, _WindowedMode, describe, flatten_tensors,
                       format_frame, format_table, source_text, tree_map, user_frame)
 from .compare import _device_of, _mutated_args, _replay_device, load_dump, resolve_op, to_cpu_tree
 
@@ -86,16 +86,6 @@ def _skey(t: torch.Tensor) -> int:
 def _checkable(t) -> bool:
     return (isinstance(t, torch.Tensor) and (t.dtype.is_floating_point or t.dtype.is_complex)
             and t.layout == torch.strided and t.device.type != "meta" and t.numel() > 0)
-
-
-def _nonfinite_scalar(args, kwargs) -> bool:
-    for v in args:
-        if type(v) is float and (v != v or v in (math.inf, -math.inf)):
-            return True
-    for v in kwargs.values():
-        if type(v) is float and (v != v or v in (math.inf, -math.inf)):
-            return True
-    return False
 
 
 class _OpInfo:
