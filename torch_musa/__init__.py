@@ -50,6 +50,12 @@ _registry.register_customized()
 _registry.configure_from_env()
 _printing.install()
 
+from torch_musa import amp as _amp  # noqa: E402
+from torch_musa import attention as _attention  # noqa: E402
+
+_amp.register()  # AutocastPrivateUse1 kernels, GradScaler without float64, torch.musa.amp
+_attention.register()  # SDPA backend choice and the flash kernels
+
 try:  # profiler activity alias, as torch_musa spells it
     torch.profiler.ProfilerActivity.MUSA = torch.profiler.ProfilerActivity.PrivateUse1
 except (AttributeError, TypeError):

@@ -6,6 +6,11 @@ through the dispatcher, runs the meta function, and only then calls the
 ``.out`` kernel. On musa that kernel is the fallback anyway, so sending the
 functional and in-place variants to the fallback directly skips that detour
 (the host kernel still runs its own meta step).
+
+Likewise for the few ops that have both a CPU kernel and a generic
+CompositeExplicitAutograd one (``addr``: ``math_addr``): musa would inherit the
+generic decomposition and round differently from the CPU device; routing them
+to the fallback runs the CPU kernel itself.
 """
 from __future__ import annotations
 
@@ -32,5 +37,15 @@ def structured_wrapper_ops() -> list[str]:
     return sorted(ops)
 
 
+def generic_decomposition_ops() -> list[str]:
+    ops = []
+    for full in torch._C._dispatch_get_registrations_for_dispatch_key("CompositeExplicitAutograd"):
+        if (full.startswith("aten::")
+                and torch._C._dispatch_has_kernel_for_dispatch_key(full, "CPU")
+                and not torch._C._dispatch_has_kernel_for_dispatch_key(full, "PrivateUse1")):
+            ops.append(full[len("aten::"):])
+    return sorted(ops)
+
+
 def install() -> None:
-    _C._register_fallback_ops(structured_wrapper_ops())
+    _C._register_fallback_ops(structured_wrapper_ops() + generic_decomposition_ops())
