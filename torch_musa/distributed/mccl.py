@@ -255,6 +255,7 @@ class _MusaWork(dist.Work):
 
 
 _LIVE: set = set()
+_DONE_WORK = None  # set by _install_kernels
 _UNTOUCHED_KEEP = 256
 _UNTOUCHED = __import__("collections").deque(maxlen=_UNTOUCHED_KEEP)
 
@@ -266,7 +267,8 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
             work.wait()
         except Exception as exc:  # noqa: BLE001
             raise _named_error(name, backend, tensors, exc) from exc
-        return work.boxed()
+        # The caller only waits on it (already done): one shared, pre-boxed completed Work.
+        return _DONE_WORK
     errors = []
     if has_future:
         fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value, errors))
@@ -310,15 +312,24 @@ def _check_same(name, tensors, what="tensors"):
 
 
 # --------------------------------------------------------------------------- kernels
+_AR_OPTS: dict = {}
+
+
 def _allreduce_(tensors, process_group, reduce_op, sparse_indices=None, async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.AllreduceOptions()
-    o.reduceOp = _reduce_op(reduce_op, "all_reduce")
-    o.asyncOp = async_op
-    _timeout(o, timeout)
-    if sparse_indices is not None or any(t.layout != torch.strided for t in tensors):
+    if sparse_indices is not None:
         raise MCCLError("mccl all_reduce: sparse musa tensors are not supported")
-    w = b.allreduce(_al(tensors), o)
+    code = reduce_op.op()
+    key = (code, async_op, timeout)
+    o = _AR_OPTS.get(key)
+    if o is None:  # options are read-only to the backend: one per (op, async, timeout)
+        o = _c10d.AllreduceOptions()
+        o.reduceOp = _reduce_op(reduce_op, "all_reduce")
+        o.asyncOp = async_op
+        _timeout(o, timeout)
+        if len(_AR_OPTS) < 256:
+            _AR_OPTS[key] = o
+    w = b.allreduce([_host_alias(t) for t in tensors] if tensors[0].device.type == "musa" else _al(tensors), o)
     return tensors, _finish("all_reduce", b, w, async_op, tensors, tensors)
 
 
@@ -671,6 +682,8 @@ def _install_kernels():
         return
     _host_alias = _load_alias()
     _MUSA = torch.device("musa")
+    global _DONE_WORK
+    _DONE_WORK = _work_from_future(_done_future([])).boxed()
     lib = torch.library.Library("c10d", "IMPL")
     with warnings.catch_warnings():
         # We replace the stock PrivateUse1 kernels on purpose.

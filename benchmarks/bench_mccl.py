@@ -1,0 +1,143 @@
+"""all_reduce bus bandwidth: mccl on musa tensors vs plain Gloo on CPU tensors.
+
+Both run in the same processes, one size at a time, alternating rounds
+(mccl, gloo, mccl, gloo, ...) so machine noise hits both alike; each cell is
+the best round (``--stat min``, default: the least disturbed estimate on a
+shared machine) or the median round (``--stat median``). Bus bandwidth = bytes * 2(n-1)/n / time (the nccl-tests
+convention). ratio = mccl busbw / gloo busbw (target >= 0.95).
+
+    .venv/bin/python benchmarks/bench_mccl.py                      # 2 ranks, 1 KB .. 256 MB
+    .venv/bin/python benchmarks/bench_mccl.py --sizes 1K,1M,64M --world 3 --rounds 7
+    .venv/bin/python benchmarks/bench_mccl.py --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+DEFAULT_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M,256M"
+
+
+def parse_size(s: str) -> int:
+    s = s.strip().upper().rstrip("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if s and s[-1] in mult:
+        return int(float(s[:-1]) * mult[s[-1]])
+    return int(s)
+
+
+def fmt_size(n: int) -> str:
+    for unit, m in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= m:
+            return f"{n // m} {unit}" if n % m == 0 else f"{n / m:.1f} {unit}"
+    return f"{n} B"
+
+
+def _iters(nbytes: int, budget_s: float) -> int:
+    # rough: ~100 us latency + ~1.5 GB/s; at least 2, at most 400 per round
+    est = 100e-6 + nbytes / 1.5e9
+    return max(2, min(400, int(budget_s / est)))
+
+
+def worker(rank: int, world: int, port: int, sizes, rounds: int, budget: float, out_path: str | None,
+           stat: str = "min"):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+
+    import torch_musa
+    import torch_musa.distributed
+
+    torch_musa.distributed.register()
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dev = torch.device("musa", rank % torch.musa.device_count())
+    torch.musa.set_device(dev)
+    dist.init_process_group("mccl", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
+    gloo = dist.new_group(backend="gloo")
+    rows = []
+    for nbytes in sizes:
+        numel = max(1, nbytes // 4)
+        m = torch.ones(numel, device=dev)
+        c = torch.ones(numel)
+        iters = _iters(nbytes, budget)
+        # agree on iters (rank 0 decides)
+        it = torch.tensor([iters], dtype=torch.int64)
+        dist.broadcast(it, src=0, group=gloo)
+        iters = int(it.item())
+
+        def timed(t, group):
+            dist.barrier(group=gloo)
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(t, group=group)
+            return (time.perf_counter() - t0) / iters
+
+        timed(m, None)  # warm-up both paths
+        timed(c, gloo)
+        tm, tg = [], []
+        for r in range(rounds):
+            if r % 2 == 0:
+                tm.append(timed(m, None))
+                tg.append(timed(c, gloo))
+            else:
+                tg.append(timed(c, gloo))
+                tm.append(timed(m, None))
+        # ranks' times differ a little; use the slowest rank's
+        pick = min if stat == "min" else statistics.median
+        agg = torch.tensor([pick(tm), pick(tg)], dtype=torch.float64)
+        dist.all_reduce(agg, op=dist.ReduceOp.MAX, group=gloo)
+        t_m, t_g = agg.tolist()
+        factor = 2 * (world - 1) / world
+        bw_m = numel * 4 * factor / t_m / 1e9
+        bw_g = numel * 4 * factor / t_g / 1e9
+        rows.append({"bytes": numel * 4, "iters": iters, "mccl_us": t_m * 1e6, "gloo_us": t_g * 1e6,
+                     "mccl_busbw_GBps": bw_m, "gloo_busbw_GBps": bw_g, "ratio": bw_m / bw_g})
+        if rank == 0:
+            r = rows[-1]
+            print(f"{fmt_size(r['bytes']):>8} {iters:>6} {r['mccl_us']:>12.1f} {r['gloo_us']:>12.1f} "
+                  f"{bw_m:>11.3f} {bw_g:>11.3f} {r['ratio']:>7.3f}", flush=True)
+        del m, c
+    if rank == 0 and out_path:
+        with open(out_path, "w") as f:
+            json.dump({"world": world, "rounds": rounds, "stat": stat, "rows": rows}, f, indent=1)
+    dist.destroy_process_group()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list, e.g. 1K,1M,256M (default {DEFAULT_SIZES})")
+    ap.add_argument("--world", type=int, default=2, help="processes (default 2)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per size (default 5)")
+    ap.add_argument("--budget", type=float, default=0.1, help="target seconds per round and backend")
+    ap.add_argument("--stat", choices=("min", "median"), default="min", help="per-size statistic over rounds")
+    ap.add_argument("--json", default=None, help="write the table as JSON here")
+    args = ap.parse_args(argv)
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import torch.multiprocessing as mp
+
+    print(f"all_reduce, {args.world} ranks, float32, {args.stat} of {args.rounds} alternating rounds; "
+          f"busbw = bytes*2(n-1)/n/time")
+    print(f"{'size':>8} {'iters':>6} {'mccl us':>12} {'gloo us':>12} {'mccl GB/s':>11} {'gloo GB/s':>11} "
+          f"{'ratio':>7}", flush=True)
+    t0 = time.time()
+    mp.start_processes(_entry, args=(args.world, port, sizes, args.rounds, args.budget, args.json, args.stat),
+                       nprocs=args.world, start_method="spawn", join=True)
+    print(f"({time.time() - t0:.0f} s)")
+
+
+def _entry(rank, world, port, sizes, rounds, budget, out_path, stat):
+    worker(rank, world, port, sizes, rounds, budget, out_path, stat)
+
+
+if __name__ == "__main__":
+    main()
