@@ -65,6 +65,9 @@ def collectives(rank, ws):
     def _():
         assert dist.get_backend() == "mccl", dist.get_backend()
         assert dist.is_mccl_available() and torch.musa.mccl.version() >= (1, 0, 0)
+        from torch_musa.distributed import mccl
+        want_native = os.environ.get("MCCL_NATIVE") == "1"
+        assert bool(mccl.NATIVE_OPS) == want_native, (mccl.NATIVE_OPS, os.environ.get("MCCL_NATIVE"))
 
     @check("all_reduce_ops")
     def _():

@@ -29,7 +29,25 @@ COLLECTIVE_CHECKS = [
 
 
 @functools.lru_cache(maxsize=None)
+def _native_available() -> bool:
+    """Build (once, ~30 s cold) the C++ kernels before any worker needs them."""
+    from torch_musa.distributed import native
+
+    try:
+        return bool(native.load(build=True))
+    except Exception:  # noqa: BLE001  (no compiler: the Python kernels serve everything)
+        return False
+
+
+# C++ kernels (csrc/mccl_ops.cpp) for the hot collectives, or the Python kernels only
+NATIVE = (("MCCL_NATIVE", "1"),)
+PYTHON = (("MCCL_NATIVE", "0"),)
+
+
+@functools.lru_cache(maxsize=None)
 def _run(scenario: str, world: int, env: tuple = ()):
+    if dict(env).get("MCCL_NATIVE") == "1" and not _native_available():
+        pytest.skip("the C++ kernels could not be built here")
     results, elapsed, logs = launch.launch(scenario, world, timeout=100, env=dict(env))
     return results, logs
 
@@ -64,6 +82,13 @@ def test_registration():
     assert dist.Backend.backend_list.count("mccl") == 1
 
 
+def test_native_kernels_serve_the_hot_ops():
+    if not _native_available():
+        pytest.skip("the C++ kernels could not be built here")
+    assert set(torch.ops.mccl.native_ops()) == {"allreduce_", "broadcast_", "_allgather_base_",
+                                                "_reduce_scatter_base_"}
+
+
 def test_single_process_group():
     """world_size 1 over a HashStore-backed FileStore: in place, on the device, no copy."""
     import tempfile
@@ -88,39 +113,42 @@ def test_single_process_group():
 
 # --------------------------------------------------------------------------- 2 and 3 processes
 @pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
-def test_collectives_2(name):
-    _check("collectives+init+ddp", 2, name)
+def test_collectives_2_native(name):
+    """2 processes, C++ kernels for the hot collectives + Python for the rest."""
+    _check("collectives+init+ddp", 2, name, env=NATIVE)
 
 
 @pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
-def test_collectives_3(name):
-    _check("collectives", 3, name)
+def test_collectives_3_python(name):
+    """3 processes, Python kernels for every collective."""
+    _check("collectives", 3, name, env=PYTHON)
 
 
 @pytest.mark.parametrize("name", ["init_device_id", "init_cpu_gloo_musa_mccl", "init_env"])
 def test_init_variants(name):
-    _check("collectives+init+ddp", 2, name)
+    _check("collectives+init+ddp", 2, name, env=NATIVE)
 
 
 def test_ddp_matches_single_process():
     """2 processes with half the batch each == 1 process with the full batch."""
-    _check("collectives+init+ddp", 2, "ddp_parity")
+    _check("collectives+init+ddp", 2, "ddp_parity", env=NATIVE)
 
 
 def test_functional_collectives():
-    _check("fsdp2", 2, "functional_collectives")
+    _check("fsdp2", 2, "functional_collectives", env=NATIVE)
 
 
 def test_fsdp2_tiny_transformer():
     """fully_shard on a 2-layer transformer LM, 2 processes == 1 process, full batch."""
-    _check("fsdp2", 2, "fsdp2_parity")
+    _check("fsdp2", 2, "fsdp2_parity", env=NATIVE)
 
 
 # --------------------------------------------------------------------------- faults
+@pytest.mark.parametrize("env", [NATIVE, PYTHON], ids=["native", "python"])
 @pytest.mark.parametrize("name", ["fault_broadcast", "fault_all_reduce"])
-def test_peer_dies_or_stalls(name):
+def test_peer_dies_or_stalls(name, env):
     """Rank 1 skips a broadcast, then exits: rank 0 raises within the timeout, naming the op."""
-    results = _check("faults", 2, name, ranks=[0])
+    results = _check("faults", 2, name, ranks=[0], env=env)
     assert "mccl " + name.split("_", 1)[1] in results[0][name + "_msg"]
 
 
@@ -132,4 +160,4 @@ def test_peer_never_joins():
 @pytest.mark.parametrize("name", ["mismatch_shape", "mismatch_dtype", "mismatch_then_ok"])
 def test_mismatch_across_ranks(name):
     """MCCL_CHECK_COLLECTIVES=1: different shapes/dtypes across ranks raise a clear error, no hang."""
-    _check("mismatch", 2, name, env=(("MCCL_CHECK_COLLECTIVES", "1"),))
+    _check("mismatch", 2, name, env=(("MCCL_CHECK_COLLECTIVES", "1"), ("MCCL_NATIVE", "1")))

@@ -46,6 +46,8 @@ _unbox_pg = _ProcessGroup.unbox
 _work_from_future = _c10d._create_work_from_future
 _MUSA = None  # torch.device("musa"), set at install time
 _LIB = None   # the torch.library.Library holding the kernels (kept alive)
+#: c10d ops served by the C++ kernels in this process (see torch_musa.distributed.native)
+NATIVE_OPS: tuple = ()
 
 
 def version():
@@ -685,12 +687,16 @@ def _install_kernels():
     global _DONE_WORK
     _DONE_WORK = _work_from_future(_done_future([])).boxed()
     lib = torch.library.Library("c10d", "IMPL")
+    global NATIVE_OPS
     with warnings.catch_warnings():
         # We replace the stock PrivateUse1 kernels on purpose.
         warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
         warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
+        from torch_musa.distributed import native
+
+        NATIVE_OPS = tuple(native.native_ops())  # C++ kernels (csrc/mccl_ops.cpp), when available
         for name, fn in _KERNELS.items():
-            if hasattr(torch.ops.c10d, name):
+            if hasattr(torch.ops.c10d, name) and name not in NATIVE_OPS:
                 lib.impl(name, _named_kernel(name, fn), "PrivateUse1")
     _LIB = lib
 

@@ -1,0 +1,302 @@
+// mccl hot path in C++: the c10d kernels for musa (PrivateUse1) tensors that
+// training leans on (all_reduce, broadcast, all_gather_into_tensor,
+// reduce_scatter_tensor). Each aliases the musa tensors as host tensors (same
+// bytes, no copy), calls the process group's musa backend (Gloo) and, for
+// async_op, returns a Work whose future yields the musa tensors. Errors name the
+// collective. The other collectives are served by torch_musa/distributed/mccl.py.
+//
+// Built either into torch_musa._C (add this file to the extension's sources) or
+// on its own (torch_musa/distributed/native.py); `torch.ops.mccl.native_ops()`
+// lists what it serves so the Python side does not override it.
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/library.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace {
+
+using c10d::Work;
+
+at::Tensor host_view(const at::Tensor& t) {
+  if (!t.is_privateuseone()) return t;
+  const c10::Storage& st = t.storage();
+  auto* keep = new c10::Storage(st);  // the alias keeps the musa storage alive
+  at::DataPtr dp(st.mutable_data(), keep,
+                 [](void* ctx) { delete static_cast<c10::Storage*>(ctx); },
+                 at::Device(at::kCPU));
+  auto impl = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), st.nbytes(), std::move(dp),
+      /*allocator=*/nullptr, /*resizable=*/false);
+  auto out = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(std::move(impl)), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return out;
+}
+
+std::vector<at::Tensor> aliases(at::TensorList ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(host_view(t));
+  return out;
+}
+
+std::string describe(at::TensorList ts) {
+  std::string s = "[";
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (i) s += ", ";
+    s += "(";
+    for (size_t d = 0; d < ts[i].sizes().size(); ++d) {
+      if (d) s += ", ";
+      s += std::to_string(ts[i].sizes()[d]);
+    }
+    if (ts[i].dim() == 1) s += ",";
+    s += "):";
+    s += std::string(c10::toString(ts[i].scalar_type()));
+  }
+  return s + "]";
+}
+
+std::string hint(const std::string& msg) {
+  auto has = [&](const char* w) { return msg.find(w) != std::string::npos; };
+  if (has("imed out") || has("imeout"))
+    return " (a peer did not join the collective within the process group timeout: it may have "
+           "died, be stuck, or be running a different collective)";
+  if (has("onnection closed") || has("onnection reset") || has("roken pipe"))
+    return " (a peer process exited or closed its connection)";
+  if (has("ismatch") || has("preamble") || has("nbytes"))
+    return " (the ranks passed tensors of different shapes or dtypes)";
+  return "";
+}
+
+[[noreturn]] void rethrow_named(const char* name, const c10::intrusive_ptr<c10d::Backend>& b,
+                                at::TensorList ts, const std::string& msg) {
+  TORCH_CHECK(false, "mccl ", name, " failed on rank ", b->getRank(), " of ", b->getSize(),
+              ", local tensors ", describe(ts), hint(msg), ": ", msg);
+}
+
+// Work of an asynchronous collective: waits on the Gloo work (errors named),
+// future yields the musa tensors.
+class MusaWork : public Work {
+ public:
+  MusaWork(c10::intrusive_ptr<Work> inner, std::vector<at::Tensor> values, const char* name,
+           c10::intrusive_ptr<c10d::Backend> backend, c10d::OpType type)
+      : Work(-1, type), inner_(std::move(inner)), name_(name), backend_(std::move(backend)),
+        desc_(values) {
+    fut_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    auto fut = fut_;
+    auto vals = std::move(values);
+    auto b = backend_;
+    const char* nm = name_;
+    inner_->getFuture()->addCallback([fut, vals, b, nm](c10::ivalue::Future& f) mutable {
+      if (f.hasError()) {
+        try {
+          rethrow_named(nm, b, vals, f.tryRetrieveErrorMessage());
+        } catch (...) {
+          fut->setError(std::current_exception());
+        }
+      } else {
+        fut->markCompleted(c10::IValue(c10::List<at::Tensor>(vals)));
+      }
+    });
+  }
+
+  bool isCompleted() override { return inner_->isCompleted(); }
+  bool isSuccess() const override { return inner_->isSuccess(); }
+  std::exception_ptr exception() const override {
+    return fut_->completed() && fut_->hasError() ? fut_->exception_ptr() : inner_->exception();
+  }
+  std::vector<at::Tensor> result() override { return desc_; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    try {
+      inner_->wait(timeout);
+    } catch (const std::exception& e) {
+      rethrow_named(name_, backend_, desc_, e.what());
+    }
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return fut_; }
+
+ private:
+  c10::intrusive_ptr<Work> inner_;
+  const char* name_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  std::vector<at::Tensor> desc_;
+  c10::intrusive_ptr<c10::ivalue::Future> fut_;
+};
+
+// Work without a future of its own (Gloo's reduce_scatter): complete ours from a
+// waiter thread would cost a thread; instead the future is completed on wait()
+// or on the first isCompleted() that sees the Gloo work done.
+class MusaWorkNoFuture : public Work {
+ public:
+  MusaWorkNoFuture(c10::intrusive_ptr<Work> inner, std::vector<at::Tensor> values,
+                   const char* name, c10::intrusive_ptr<c10d::Backend> backend,
+                   c10d::OpType type)
+      : Work(-1, type), inner_(std::move(inner)), name_(name), backend_(std::move(backend)),
+        vals_(std::move(values)) {
+    fut_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  }
+  bool isCompleted() override {
+    if (inner_->isCompleted()) settle();
+    return fut_->completed();
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    try {
+      inner_->wait(timeout);
+    } catch (const std::exception& e) {
+      try {
+        rethrow_named(name_, backend_, vals_, e.what());
+      } catch (...) {
+        if (!fut_->completed()) fut_->setErrorIfNeeded(std::current_exception());
+        throw;
+      }
+    }
+    if (!fut_->completed()) fut_->markCompleted(c10::IValue(c10::List<at::Tensor>(vals_)));
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return fut_; }
+  std::vector<at::Tensor> result() override { return vals_; }
+
+ private:
+  void settle() {
+    if (fut_->completed()) return;
+    try {
+      wait(kNoTimeout);
+    } catch (...) {
+    }
+  }
+  c10::intrusive_ptr<Work> inner_;
+  const char* name_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  std::vector<at::Tensor> vals_;
+  c10::intrusive_ptr<c10::ivalue::Future> fut_;
+};
+
+c10::intrusive_ptr<Work> finish(const char* name, const c10::intrusive_ptr<c10d::Backend>& b,
+                                c10::intrusive_ptr<Work> work, bool async_op,
+                                std::vector<at::Tensor> values, at::TensorList described,
+                                c10d::OpType type, bool has_future = true) {
+  if (!async_op) {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      rethrow_named(name, b, described, e.what());
+    }
+    return work;
+  }
+  if (has_future)
+    return c10::make_intrusive<MusaWork>(std::move(work), std::move(values), name, b, type);
+  return c10::make_intrusive<MusaWorkNoFuture>(std::move(work), std::move(values), name, b, type);
+}
+
+c10::intrusive_ptr<c10d::Backend> musa_backend(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  return pg->getBackend(c10::DeviceType::PrivateUse1);
+}
+
+std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> allreduce_musa(
+    at::TensorList tensors, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+    const c10::intrusive_ptr<c10d::ReduceOp>& op, const std::optional<at::Tensor>& sparse,
+    bool async_op, int64_t timeout) {
+  TORCH_CHECK(!sparse.has_value(), "mccl all_reduce: sparse musa tensors are not supported");
+  auto b = musa_backend(pg);
+  auto a = aliases(tensors);
+  c10d::AllreduceOptions o{*op, std::chrono::milliseconds(timeout), async_op};
+  c10::intrusive_ptr<Work> w;
+  try {
+    w = b->allreduce(a, o);
+  } catch (const std::exception& e) {
+    rethrow_named("all_reduce", b, tensors, e.what());
+  }
+  auto vec = tensors.vec();
+  return {vec, finish("all_reduce", b, std::move(w), async_op, vec, tensors, c10d::OpType::ALLREDUCE)};
+}
+
+std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> broadcast_musa(
+    at::TensorList tensors, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t root_rank,
+    int64_t root_tensor, bool async_op, int64_t timeout) {
+  auto b = musa_backend(pg);
+  auto a = aliases(tensors);
+  c10d::BroadcastOptions o{root_rank, root_tensor, std::chrono::milliseconds(timeout), async_op};
+  c10::intrusive_ptr<Work> w;
+  try {
+    w = b->broadcast(a, o);
+  } catch (const std::exception& e) {
+    rethrow_named("broadcast", b, tensors, e.what());
+  }
+  auto vec = tensors.vec();
+  return {vec, finish("broadcast", b, std::move(w), async_op, vec, tensors, c10d::OpType::BROADCAST)};
+}
+
+at::Tensor gather_shape(const at::Tensor& out, const at::Tensor& inp) {
+  // all_gather_into_tensor accepts a stacked output; Gloo wants the concatenated one
+  at::Tensor a = host_view(out);
+  if (inp.dim() > 0 && out.is_contiguous() && out.sizes().slice(1) != inp.sizes().slice(1) &&
+      inp.numel() > 0 && out.numel() % inp.numel() == 0) {
+    std::vector<int64_t> shape(inp.sizes().begin(), inp.sizes().end());
+    shape[0] *= out.numel() / inp.numel();
+    a = a.view(shape);
+  }
+  return a;
+}
+
+std::tuple<at::Tensor, c10::intrusive_ptr<Work>> allgather_base_musa(
+    at::Tensor& output, at::Tensor& input, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+    bool async_op, int64_t timeout) {
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "mccl all_gather_into_tensor: input and output tensors have different dtypes (",
+              output.scalar_type(), " vs ", input.scalar_type(), ")");
+  auto b = musa_backend(pg);
+  auto ao = gather_shape(output, input);
+  auto ai = host_view(input);
+  c10d::AllgatherOptions o{std::chrono::milliseconds(timeout), async_op};
+  c10::intrusive_ptr<Work> w;
+  try {
+    w = b->_allgather_base(ao, ai, o);
+  } catch (const std::exception& e) {
+    rethrow_named("all_gather_into_tensor", b, {input}, e.what());
+  }
+  return {output, finish("all_gather_into_tensor", b, std::move(w), async_op, {output}, {input},
+                         c10d::OpType::_ALLGATHER_BASE)};
+}
+
+std::tuple<at::Tensor, c10::intrusive_ptr<Work>> reduce_scatter_base_musa(
+    at::Tensor& output, at::Tensor& input, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+    const c10::intrusive_ptr<c10d::ReduceOp>& op, bool async_op, int64_t timeout) {
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "mccl reduce_scatter_tensor: input and output tensors have different dtypes (",
+              output.scalar_type(), " vs ", input.scalar_type(), ")");
+  auto b = musa_backend(pg);
+  auto ai = gather_shape(input, output);
+  auto ao = host_view(output);
+  c10d::ReduceScatterOptions o{*op, std::chrono::milliseconds(timeout), async_op};
+  c10::intrusive_ptr<Work> w;
+  try {
+    w = b->_reduce_scatter_base(ao, ai, o);
+  } catch (const std::exception& e) {
+    rethrow_named("reduce_scatter_tensor", b, {input}, e.what());
+  }
+  return {output, finish("reduce_scatter_tensor", b, std::move(w), async_op, {output}, {input},
+                         c10d::OpType::_REDUCE_SCATTER_BASE, /*has_future=*/false)};
+}
+
+std::vector<std::string> native_ops() {
+  return {"allreduce_", "broadcast_", "_allgather_base_", "_reduce_scatter_base_"};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(mccl, m) {
+  m.def("native_ops() -> str[]", &native_ops);
+}
+
+TORCH_LIBRARY_IMPL(c10d, PrivateUse1, m) {
+  m.impl("allreduce_", allreduce_musa);
+  m.impl("broadcast_", broadcast_musa);
+  m.impl("_allgather_base_", allgather_base_musa);
+  m.impl("_reduce_scatter_base_", reduce_scatter_base_musa);
+}
