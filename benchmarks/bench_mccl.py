@@ -7,6 +7,7 @@ shared machine) or the median round (``--stat median``). Bus bandwidth = bytes *
 convention). ratio = mccl busbw / gloo busbw (target >= 0.95).
 
     .venv/bin/python benchmarks/bench_mccl.py                      # 2 ranks, 1 KB .. 256 MB
+    .venv/bin/python benchmarks/bench_mccl.py --native 0           # Python kernels only
     .venv/bin/python benchmarks/bench_mccl.py --sizes 1K,1M,64M --world 3 --rounds 7
     .venv/bin/python benchmarks/bench_mccl.py --json out.json
 """
@@ -114,10 +115,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list, e.g. 1K,1M,256M (default {DEFAULT_SIZES})")
     ap.add_argument("--world", type=int, default=2, help="processes (default 2)")
-    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per size (default 5)")
+    ap.add_argument("--rounds", type=int, default=7, help="alternating rounds per size (default 7)")
     ap.add_argument("--budget", type=float, default=0.1, help="target seconds per round and backend")
     ap.add_argument("--stat", choices=("min", "median"), default="min", help="per-size statistic over rounds")
     ap.add_argument("--json", default=None, help="write the table as JSON here")
+    ap.add_argument("--native", choices=("1", "0", "auto"), default="1",
+                    help="MCCL_NATIVE for the ranks: 1 = C++ kernels for the hot collectives (built once "
+                         "if torch_musa does not carry them), 0 = Python kernels only (default 1)")
     args = ap.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     with socket.socket() as s:
@@ -125,8 +129,15 @@ def main(argv=None):
         port = s.getsockname()[1]
     import torch.multiprocessing as mp
 
-    print(f"all_reduce, {args.world} ranks, float32, {args.stat} of {args.rounds} alternating rounds; "
-          f"busbw = bytes*2(n-1)/n/time")
+    os.environ["MCCL_NATIVE"] = args.native
+    os.environ.setdefault("TORCH_MUSA_FALLBACK", "silent")
+    if args.native == "1":
+        from torch_musa.distributed import native
+
+        native.load(build=True)  # once, before the ranks start
+
+    print(f"all_reduce, {args.world} ranks, float32, {args.stat} of {args.rounds} alternating rounds, "
+          f"MCCL_NATIVE={args.native}; busbw = bytes*2(n-1)/n/time")
     print(f"{'size':>8} {'iters':>6} {'mccl us':>12} {'gloo us':>12} {'mccl GB/s':>11} {'gloo GB/s':>11} "
           f"{'ratio':>7}", flush=True)
     t0 = time.time()

@@ -294,9 +294,28 @@ TORCH_LIBRARY(mccl, m) {
   m.def("native_ops() -> str[]", &native_ops);
 }
 
-TORCH_LIBRARY_IMPL(c10d, PrivateUse1, m) {
-  m.impl("allreduce_", allreduce_musa);
-  m.impl("broadcast_", broadcast_musa);
-  m.impl("_allgather_base_", allgather_base_musa);
-  m.impl("_reduce_scatter_base_", reduce_scatter_base_musa);
-}
+namespace {
+
+// Replacing the stock PrivateUse1 kernels is the point: keep the dispatcher's
+// "Overriding a previously registered kernel" warning out of every rank's log.
+class SilentHandler : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
+struct Registration {
+  Registration() {
+    static SilentHandler silent;
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
+    static torch::Library lib(torch::Library::IMPL, "c10d", c10::DispatchKey::PrivateUse1, __FILE__,
+                              __LINE__);
+    lib.impl("allreduce_", allreduce_musa);
+    lib.impl("broadcast_", broadcast_musa);
+    lib.impl("_allgather_base_", allgather_base_musa);
+    lib.impl("_reduce_scatter_base_", reduce_scatter_base_musa);
+  }
+};
+
+const Registration registration;
+
+}  // namespace
