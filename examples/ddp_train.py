@@ -4,7 +4,7 @@ Run with torchrun (one process per rank; rank r uses musa:(r % device_count)):
 
     torchrun --standalone --nproc-per-node 2 examples/ddp_train.py --steps 30
 
-Trains a small MLP regressor on a synthetic task, each rank on its shard of
+Trains a small MLP regressor on a synthetic task (y = tanh(x @ w)), each rank on its shard of
 every batch (DistributedSampler), and prints the loss, the throughput and,
 at the end, a check that every rank holds the same parameters.
 """
@@ -31,7 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=30, help="optimizer steps (default 30)")
     ap.add_argument("--batch-size", type=int, default=64, help="global batch size (default 64)")
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--lr", type=float, default=0.2)
     ap.add_argument("--backend", default="mccl", help='e.g. "mccl" or "cpu:gloo,musa:mccl"')
     args = ap.parse_args()
 
@@ -41,11 +41,11 @@ def main() -> None:
     dist.init_process_group(args.backend, device_id=device)
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    # synthetic regression data: y = sin(x @ w)
+    # synthetic regression data: y = tanh(x @ w)
     g = torch.Generator().manual_seed(0)
-    w_true = torch.randn(16, 4, generator=g)
+    w_true = torch.randn(16, 4, generator=g) / 4
     x = torch.randn(args.batch_size * args.steps, 16, generator=g)
-    y = torch.sin(x @ w_true)
+    y = torch.tanh(x @ w_true)
     sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size // world, sampler=sampler, drop_last=True)
 
