@@ -20,7 +20,11 @@ codegen.write(codegen.Path(GENERATED), codegen.Path(HERE, "torch_musa", "ops", "
 sys.path.pop(0)
 
 csrc = os.path.join("torch_musa", "csrc")
-sources = sorted(glob.glob(os.path.join(csrc, "*.cpp"))) + sorted(glob.glob(os.path.join(GENERATED, "*.cpp")))
+sources = (
+    sorted(glob.glob(os.path.join(csrc, "*.cpp")))
+    + sorted(glob.glob(os.path.join(GENERATED, "*.cpp")))
+    + [os.path.join("torch_musa", "distributed", "csrc", "mccl_ops.cpp")]
+)
 
 setup(
     ext_modules=[

@@ -56,6 +56,10 @@ from torch_musa import attention as _attention  # noqa: E402
 _amp.register()  # AutocastPrivateUse1 kernels, GradScaler without float64, torch.musa.amp
 _attention.register()  # SDPA backend choice and the flash kernels
 
+from torch_musa import distributed as _distributed  # noqa: E402
+
+_distributed.register()  # the mccl backend
+
 try:  # profiler activity alias, as torch_musa spells it
     torch.profiler.ProfilerActivity.MUSA = torch.profiler.ProfilerActivity.PrivateUse1
 except (AttributeError, TypeError):

@@ -39,7 +39,10 @@ def test_sampled_sweep_passes_or_fails_as_expected(results):
     unexpected = [r for r in results
                   if (r.forward == "fail" or r.backward == "fail") and r.dtype not in EXPECTED.get(r.op, {})]
     assert not unexpected, "\n".join(f"{r.op} {r.dtype}: {r.reason}" for r in unexpected)
-    s = opinfo_sweep.summary(results)
-    assert s["pairs"] >= 150
+    assert len([r for r in results if r.forward != "skip"]) >= 150
+    # Pass rates where the hardware profile allows the computation (pairs that
+    # need float64 on a profile without it fail by design, with a clear error).
+    limited = {(op, dt) for op, dts in EXPECTED.items() for dt, why in dts.items() if "float64" in why}
+    s = opinfo_sweep.summary([r for r in results if (r.op, r.dtype) not in limited])
     assert s["forward_pass_rate"] >= 0.99
     assert s["forward_backward_pass_rate"] >= 0.97
