@@ -124,8 +124,21 @@ def run_case(op, dtype) -> Result:
     return Result(name, label, fwd, bwd, reason)
 
 
-def cases(sample: int = 1, offset: int = 0):
+def _load_op_db():
+    """PyTorch's OpInfo list. Importing it runs its test harness's
+    ``torch.backends.disable_global_flags()``, which would make later plain
+    ``torch.backends.cudnn.benchmark = True`` lines in the same process raise;
+    the flag is put back as it was."""
+    flags_were_free = not torch.backends.flags_frozen()
     from torch.testing._internal.common_methods_invocations import op_db
+
+    if flags_were_free:  # torch.backends wraps its module: reach the real globals
+        torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+    return op_db
+
+
+def cases(sample: int = 1, offset: int = 0):
+    op_db = _load_op_db()
 
     from torch_musa import _state
 
