@@ -193,8 +193,23 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, 
                 "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
         return torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
             query, key, value, mask, dropout_p, is_causal, False, scale=scale)[0]
+    if dropout_p == 0.0 and _host_flash_applies(query, key, value, mask, is_causal, enable_gqa):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout_p, is_causal, attn_mask=mask, scale=scale)[0]
     return torch.ops.aten._scaled_dot_product_attention_math(
         query, key, value, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+def _host_flash_applies(query, key, value, mask, is_causal, enable_gqa) -> bool:
+    """float32 attention without dropout, flash allowed: the host driver's
+    kernels are the CPU's, so use the CPU's own fused (tiled, online-softmax)
+    kernel where the CPU device itself would, instead of the op-by-op math path."""
+    return (torch._C._get_flash_sdp_enabled() and query.dtype == torch.float32
+            and query.dim() == 4 and key.dim() == 4 and value.dim() == 4 and not enable_gqa
+            and query.size(-1) == key.size(-1) == value.size(-1)
+            and query.size(1) == key.size(1) == value.size(1)
+            and not (mask is not None and is_causal)
+            and (mask is None or mask.dtype == torch.float32))
 
 
 def register() -> None:
