@@ -10,7 +10,8 @@ stamp=.venv/.torch_musa_stamp
 want=$(cat pyproject.toml setup.py torch_musa/csrc/* 2>/dev/null | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import torch_musa" 2>/dev/null; then
   echo "[setup] installing torch 2.13.0 and building torch_musa (first run: a few minutes)"
-  .venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0" setuptools wheel ninja 2>&1 | grep -v "^WARNING: Location" || true
+  # Build-time needs (no build isolation): torch, the build tools, PyYAML for the op codegen.
+  .venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0" setuptools wheel ninja pyyaml 2>&1 | grep -v "^WARNING: Location" || true
   # --no-build-isolation: the C++ core compiles against the torch just installed.
   .venv/bin/pip install -q --disable-pip-version-check --no-build-isolation -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import torch_musa" || { echo "[setup] torch_musa failed to build" >&2; exit 1; }
