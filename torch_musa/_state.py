@@ -1,6 +1,8 @@
 """What the runtime was configured with at import (read-only afterwards)."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 from torch_musa import _C
@@ -10,7 +12,7 @@ from torch_musa.core.profiles import selected_profile
 profile = selected_profile()
 physical_indices = env.visible_devices(profile.num_devices)
 device_count = len(physical_indices)
-_override = __import__("os").environ.get("TORCH_MUSA_DEVICE_MEMORY")
+_override = os.environ.get("TORCH_MUSA_DEVICE_MEMORY")
 capacity_bytes = (
     env.parse_bytes(_override, "TORCH_MUSA_DEVICE_MEMORY") if _override else profile.total_memory
 )

@@ -178,7 +178,7 @@ def test_double_cast_training_with_double_models(subpython, kind):
 
 
 def test_op_debug_levels_and_filters(tmp_path):
-    log = op_debug.enable(5, out_dir=tmp_path, length=3, allow=["ADD"])
+    op_debug.enable(5, out_dir=tmp_path, length=3, allow=["ADD"])
     try:
         x = torch.arange(10.0, device="musa")
         x + x

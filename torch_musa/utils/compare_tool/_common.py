@@ -254,7 +254,25 @@ class _WindowedMode(TorchDispatchMode):
         self._text_file = None
         self._jsonl_file = None
         self.is_active = False
+        self._depth = 0
         self.update_active_state()
+
+    # -- context (re-entrant: only the outermost exit finishes the run)
+    def __enter__(self):
+        self._depth += 1
+        self._open_files()
+        super().__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        r = super().__exit__(exc_type, exc_val, exc_tb)
+        self._depth -= 1
+        if self._depth == 0 and self.enabled and self.rank_enabled:
+            self._on_outermost_exit(exc_type)
+        return r
+
+    def _on_outermost_exit(self, exc_type) -> None:
+        """Reports and closes files; the tools override it."""
 
     # -- window
     def update_active_state(self) -> None:

@@ -345,21 +345,9 @@ class CompareWithCPU(_WindowedMode):
         self._taint = _Taint()
         self._printed = 0
         self._op_index = 0
-        self._depth = 0
 
-    # ------------------------------------------------------------------ context
-    def __enter__(self):
-        self._depth += 1
-        self._open_files()
-        super().__enter__()
-        return self
-
-    def __exit__(self, exc_type, exc_val, exc_tb):
-        r = super().__exit__(exc_type, exc_val, exc_tb)
-        self._depth -= 1
-        if self._depth == 0 and self.enabled and self.rank_enabled:
-            self._finish()
-        return r
+    def _on_outermost_exit(self, exc_type):
+        self._finish()
 
     def _on_step_end(self):
         self._op_index = 0

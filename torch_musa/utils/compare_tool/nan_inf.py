@@ -157,30 +157,18 @@ class NanInfTracker(_WindowedMode):
         self.events: list[dict] = []             # reported origins (bounded by max_events)
         self.max_events = 100
         self._printed = 0
-        self._depth = 0
         self.dumped: list[str] = []
 
-    # ------------------------------------------------------------------ context
-    def __enter__(self):
-        self._depth += 1
-        self._open_files()
-        super().__enter__()
-        return self
-
-    def __exit__(self, exc_type, exc_val, exc_tb):
-        r = super().__exit__(exc_type, exc_val, exc_tb)
-        self._depth -= 1
-        if self._depth == 0 and self.enabled and self.rank_enabled:
-            if exc_type is None or exc_type is not NanInfTrackError:
-                self.flush()
-            c = self.counts
-            if self.verbose or c["origin"] or c["entered"] or c["downstream"]:
-                text = self.summary()
-                self._emit_text(text)
-                if self._text_file is not None:
-                    print(text, flush=True)
-            self._close_files()
-        return r
+    def _on_outermost_exit(self, exc_type):
+        if exc_type is not NanInfTrackError:
+            self.flush()
+        c = self.counts
+        if self.verbose or c["origin"] or c["entered"] or c["downstream"]:
+            text = self.summary()
+            self._emit_text(text)
+            if self._text_file is not None:
+                print(text, flush=True)
+        self._close_files()
 
     def _on_step_end(self):
         self.flush()
