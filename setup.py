@@ -1,14 +1,18 @@
 """Builds the runtime core (torch_musa._C) against the installed torch.
 
 The operator registrations are generated first from
-torch_musa/ops/musa_functions.yaml (torch_musa/ops/codegen.py).
+torch_musa/ops/musa_functions.yaml (torch_musa/ops/codegen.py). Where the
+installed torch has CUDA and a CUDA toolkit is found, the cuda driver
+(torch_musa/csrc/cuda) is compiled in as well; TORCH_MUSA_BUILD_CUDA=0 leaves
+it out.
 """
 import glob
 import os
 import sys
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+import torch
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GENERATED = os.path.join("build", "generated")
@@ -25,14 +29,26 @@ sources = (
     + sorted(glob.glob(os.path.join(GENERATED, "*.cpp")))
     + [os.path.join("torch_musa", "distributed", "csrc", "mccl_ops.cpp")]
 )
+with_cuda = (
+    torch.version.cuda is not None
+    and CUDA_HOME is not None
+    and os.environ.get("TORCH_MUSA_BUILD_CUDA", "1") != "0"
+)
+Extension = CppExtension
+macros = []
+if with_cuda:
+    Extension = CUDAExtension
+    sources += sorted(glob.glob(os.path.join(csrc, "cuda", "*.cpp")))
+    macros.append(("TORCH_MUSA_WITH_CUDA", None))
 
 setup(
     ext_modules=[
-        CppExtension(
+        Extension(
             "torch_musa._C",
             sources,
             include_dirs=[os.path.join(HERE, csrc)],
-            extra_compile_args=["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"],
+            define_macros=macros,
+            extra_compile_args={"cxx": ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]},
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},

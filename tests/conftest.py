@@ -25,3 +25,25 @@ def subpython():
 def _restore_device():
     yield
     torch.musa.set_device(0)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under the cuda driver, the tests listed in cuda_driver_expected_failures.yaml
+    are expected to fail, each for the reason given there (host-driver behaviour
+    a GPU does not have); everything else must pass."""
+    from torch_musa import _state
+
+    if _state.driver != "cuda":
+        return
+    import pathlib
+
+    import yaml
+
+    listed = yaml.safe_load(
+        (pathlib.Path(__file__).parent / "cuda_driver_expected_failures.yaml").read_text()) or {}
+    for item in items:
+        for prefix, reason in listed.items():
+            if item.nodeid == prefix or item.nodeid.startswith(prefix + "[") or \
+                    item.nodeid.startswith(prefix + "::"):
+                item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+                break

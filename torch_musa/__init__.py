@@ -54,7 +54,10 @@ from torch_musa import amp as _amp  # noqa: E402
 from torch_musa import attention as _attention  # noqa: E402
 
 _amp.register()  # AutocastPrivateUse1 kernels, GradScaler without float64, torch.musa.amp
-_attention.register()  # SDPA backend choice and the flash kernels
+if _state.driver == "host":
+    # Under the cuda driver SDPA is left to PyTorch's own choice, which runs on
+    # the GPU aliases through the fallback: flash, memory-efficient, cuDNN.
+    _attention.register()  # SDPA backend choice and the flash kernels
 
 from torch_musa import distributed as _distributed  # noqa: E402
 

@@ -9,8 +9,26 @@ from torch_musa import _C
 from torch_musa.core import env
 from torch_musa.core.profiles import selected_profile
 
-profile = selected_profile()
-physical_indices = env.visible_devices(profile.num_devices)
+driver = env.driver_name()
+if driver == "cuda":
+    # musa:i is cuda:i under this driver, so the GPUs it sees are CUDA's.
+    if "MUSA_VISIBLE_DEVICES" in os.environ and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["MUSA_VISIBLE_DEVICES"]
+    if not _C._cuda_driver_built():
+        raise RuntimeError(
+            "TORCH_MUSA_DRIVER=cuda, but this torch_musa was built without CUDA "
+            f"(torch {torch.__version__}, CUDA {torch.version.cuda}). Reinstall it "
+            "where torch has CUDA and a CUDA toolkit is present, or unset "
+            "TORCH_MUSA_DRIVER for the host driver."
+        )
+    if not torch.cuda.is_available():
+        raise RuntimeError("TORCH_MUSA_DRIVER=cuda needs a CUDA GPU, but torch.cuda "
+                           "sees none; unset TORCH_MUSA_DRIVER for the host driver.")
+profile = selected_profile(driver)
+physical_indices = (
+    list(range(profile.num_devices)) if driver == "cuda"
+    else env.visible_devices(profile.num_devices)
+)
 device_count = len(physical_indices)
 _override = os.environ.get("TORCH_MUSA_DEVICE_MEMORY")
 capacity_bytes = (
@@ -20,6 +38,7 @@ host_limit_bytes = env.host_memory_limit()
 
 
 def configure_runtime() -> None:
+    _C._use_driver(driver)
     _C._configure(
         device_count,
         profile.name,

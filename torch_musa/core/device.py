@@ -8,7 +8,6 @@ import torch
 
 from torch_musa import _C
 from torch_musa.core import _lazy
-from torch_musa.core.profiles import selected_profile
 
 _device_t = torch.device | str | int | None
 
@@ -111,8 +110,8 @@ class _MusaDeviceProperties:
 
 def get_device_properties(device: _device_t = None) -> _MusaDeviceProperties:
     idx = _get_device_index(device, optional=True)
-    p = selected_profile()
     from torch_musa import _state
+    p = _state.profile
     physical = _state.physical_indices[idx]
     return _MusaDeviceProperties(
         name=p.name,
@@ -146,7 +145,9 @@ def get_arch_list() -> list[str]:
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
-    return is_available() and selected_profile().supports_bf16
+    from torch_musa import _state
+
+    return is_available() and _state.profile.supports_bf16
 
 
 def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:

@@ -15,6 +15,20 @@ def parse_bytes(text: str, what: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+DRIVERS = ("host", "cuda")
+
+
+def driver_name() -> str:
+    """TORCH_MUSA_DRIVER: 'host' (default, no hardware needed) or 'cuda'."""
+    name = os.environ.get("TORCH_MUSA_DRIVER", "host").strip().lower() or "host"
+    if name not in DRIVERS:
+        raise ValueError(
+            f"TORCH_MUSA_DRIVER={os.environ['TORCH_MUSA_DRIVER']!r} is not a musa "
+            f"driver; choose one of {list(DRIVERS)}"
+        )
+    return name
+
+
 def visible_devices(physical: int) -> list[int]:
     """Physical indices kept by MUSA_VISIBLE_DEVICES, as CUDA_VISIBLE_DEVICES does.
 

@@ -52,7 +52,30 @@ PROFILES = {
 DEFAULT_PROFILE = "s4000"
 
 
-def selected_profile() -> HardwareProfile:
+def gpu_profile() -> HardwareProfile:
+    """What the cuda driver's musa device reports: the GPU underneath."""
+    props = torch.cuda.get_device_properties(0)
+    return HardwareProfile(
+        "cuda",
+        f"{props.name} (cuda driver)",
+        props.major,
+        props.minor,
+        props.total_memory,
+        props.multi_processor_count,
+        int(getattr(props, "clock_rate", 0) or 1_980_000),
+        torch.cuda.device_count(),
+        True,
+        True,
+    )
+
+
+def selected_profile(driver: str | None = None) -> HardwareProfile:
+    if driver is None:
+        from torch_musa.core.env import driver_name
+
+        driver = driver_name()
+    if driver == "cuda":
+        return gpu_profile()
     key = os.environ.get("TORCH_MUSA_PROFILE", DEFAULT_PROFILE).strip().lower()
     key = key.replace("mtt", "").replace(" ", "").replace("_", "")
     if key not in PROFILES:

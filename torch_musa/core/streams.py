@@ -50,8 +50,13 @@ class Stream(torch.Stream):
 
     __hash__ = torch.Stream.__hash__
 
+    @property
+    def musa_stream(self) -> int:
+        """The driver's handle of this stream (a ``cudaStream_t`` under the cuda driver)."""
+        return _C._stream_handle(self.device_index, self.stream_id)
+
     def __repr__(self) -> str:
-        return f"<torch.musa.Stream device={self.device} musa_stream=0x{self.stream_id:x}>"
+        return f"<torch.musa.Stream device={self.device} musa_stream=0x{self.musa_stream:x}>"
 
 
 class ExternalStream(Stream):

@@ -156,6 +156,33 @@ void raw_free(void* ptr) {
   }
 }
 
+// The driver's own allocator (cuda driver), or null.
+c10::DeviceAllocator* native() {
+  static c10::DeviceAllocator* a = nullptr;
+  static bool looked = false;
+  if (C10_LIKELY(looked)) return a;
+  a = driver().native_allocator();
+  looked = is_initialized();  // the driver is fixed once the runtime is in use
+  return a;
+}
+
+c10::DataPtr allocate_native(c10::DeviceAllocator* na, c10::DeviceIndex d,
+                             size_t nbytes, c10::Device tag) {
+  const c10::DeviceIndex prev = current_device();
+  if (d != prev) set_current_device(d);
+  c10::DataPtr p;
+  try {
+    p = na->allocate(nbytes);
+  } catch (const c10::OutOfMemoryError& e) {
+    restore_current_device(prev);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "musa:", int(d), " (", driver().name(),
+                     " driver) is out of memory: ", e.msg());
+  }
+  if (d != prev) restore_current_device(prev);
+  p.unsafe_set_device(tag);
+  return p;
+}
+
 }  // namespace
 
 c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
@@ -169,6 +196,7 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex d, size_t nbytes,
   check_device(d);
   mark_initialized();
   if (nbytes == 0) return c10::DataPtr(nullptr, tag);
+  if (c10::DeviceAllocator* na = native()) return allocate_native(na, d, nbytes, tag);
   const size_t size = size_class(nbytes);
   std::lock_guard<std::mutex> g(g_mu);
   PerDevice& pd = g_dev[d];
@@ -222,9 +250,14 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex d, size_t nbytes,
   return c10::DataPtr(b->ptr, b->ptr, &raw_free, tag);
 }
 
-c10::DeleterFnPtr DeviceAllocator::raw_deleter() const { return &raw_free; }
+c10::DeleterFnPtr DeviceAllocator::raw_deleter() const {
+  if (c10::DeviceAllocator* na = native()) return na->raw_deleter();
+  return &raw_free;
+}
 
 bool DeviceAllocator::owns(const c10::DataPtr& ptr) {
+  if (c10::DeviceAllocator* na = native())
+    return ptr.get_deleter() == na->raw_deleter();
   return ptr.get_deleter() == &raw_free;
 }
 
@@ -232,13 +265,23 @@ void DeviceAllocator::copy_data(void* dst, const void* src, std::size_t n) const
   driver().memcpy(dst, src, n, current_stream(current_device()));
 }
 
-void DeviceAllocator::emptyCache(c10::MempoolId_t) {
+void DeviceAllocator::recordStream(const c10::DataPtr& p, c10::Stream s) {
+  if (c10::DeviceAllocator* na = native())
+    na->recordStream(p, c10::Stream(c10::Stream::UNSAFE,
+                                    c10::Device(driver().kernel_device_type(),
+                                                s.device_index()),
+                                    s.id()));
+}
+
+void DeviceAllocator::emptyCache(c10::MempoolId_t id) {
+  if (c10::DeviceAllocator* na = native()) return na->emptyCache(id);
   std::lock_guard<std::mutex> g(g_mu);
   for (int d = 0; d < device_count(); ++d) release_cached(d);
 }
 
 DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex d) {
   check_device(d);
+  if (c10::DeviceAllocator* na = native()) return na->getDeviceStats(d);
   std::lock_guard<std::mutex> g(g_mu);
   DeviceStats s = g_dev[d].stats;
   s.max_split_size = g_settings.max_split_size == SIZE_MAX
@@ -248,6 +291,7 @@ DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex d) {
 
 void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex d) {
   check_device(d);
+  if (c10::DeviceAllocator* na = native()) return na->resetAccumulatedStats(d);
   std::lock_guard<std::mutex> g(g_mu);
   DeviceStats& s = g_dev[d].stats;
   for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
@@ -262,6 +306,7 @@ void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex d) {
 
 void DeviceAllocator::resetPeakStats(c10::DeviceIndex d) {
   check_device(d);
+  if (c10::DeviceAllocator* na = native()) return na->resetPeakStats(d);
   std::lock_guard<std::mutex> g(g_mu);
   DeviceStats& s = g_dev[d].stats;
   for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
@@ -274,6 +319,7 @@ void DeviceAllocator::resetPeakStats(c10::DeviceIndex d) {
 
 std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex d) {
   check_device(d);
+  if (c10::DeviceAllocator* na = native()) return na->getMemoryInfo(d);
   std::lock_guard<std::mutex> g(g_mu);
   const int64_t total = config().capacity_bytes;
   return {size_t(std::max<int64_t>(0, total - reserved(d))), size_t(total)};
@@ -283,6 +329,7 @@ void DeviceAllocator::set_memory_fraction(double fraction, c10::DeviceIndex d) {
   check_device(d);
   TORCH_CHECK(fraction >= 0 && fraction <= 1,
               "Invalid fraction value: ", fraction, ". Allowed range: 0~1");
+  if (native()) return driver().set_memory_fraction(fraction, d);
   std::lock_guard<std::mutex> g(g_mu);
   g_dev[d].fraction = fraction;
 }
@@ -303,6 +350,7 @@ std::vector<SegmentInfo> DeviceAllocator::snapshot() {
 }
 
 int DeviceAllocator::device_of(const void* ptr) {
+  if (native()) return driver().device_of(ptr);
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> g(g_mu);
   auto it = g_blocks.upper_bound(p);
@@ -398,7 +446,8 @@ HostKernelAllocator g_host_kernel_allocator;
 }  // namespace
 
 HostKernelScope::HostKernelScope(c10::DeviceIndex device) : prev_(t_redirect) {
-  t_redirect = device;
+  // Only CPU kernels allocate through the CPU allocator on musa's behalf.
+  if (C10_LIKELY(config().kernel_type == c10::DeviceType::CPU)) t_redirect = device;
 }
 HostKernelScope::~HostKernelScope() { t_redirect = prev_; }
 

@@ -48,7 +48,7 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     return old;
   }
   void* getStreamNativeHandle(const Stream s) const override {
-    return reinterpret_cast<void*>(static_cast<intptr_t>(s.id()));
+    return driver().stream_handle(s);
   }
 
   void destroyEvent(void* event, const DeviceIndex) const noexcept override {

@@ -7,6 +7,9 @@
 // implements the same calls against a real runtime.
 #pragma once
 
+#include <ATen/core/Generator.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 
@@ -49,9 +52,39 @@ struct Driver {
   virtual bool event_query(DriverEvent* event) = 0;
   virtual void event_synchronize(DriverEvent* event) = 0;
   virtual double event_elapsed_ms(DriverEvent* start, DriverEvent* end) = 0;
+
+  // ---- What a driver with a runtime of its own brings (the cuda driver).
+  // The defaults are the host driver's: kernels are CPU kernels, and the
+  // runtime core keeps memory, streams and the current device itself.
+
+  // Kernels run on aliases of musa memory of this device type.
+  virtual c10::DeviceType kernel_device_type() const { return c10::DeviceType::CPU; }
+  // The allocator of the kernels' device type (aliases resize through it).
+  virtual c10::Allocator* kernel_allocator();
+  // A generator of the kernels' device type, seeded with `seed`.
+  virtual at::Generator kernel_generator(c10::DeviceIndex device, uint64_t seed);
+  // Device memory: non-null when the driver brings a caching allocator of its
+  // own, which then serves every musa allocation and its statistics.
+  virtual c10::DeviceAllocator* native_allocator() { return nullptr; }
+  virtual void set_memory_fraction(double, c10::DeviceIndex) {}
+  virtual int device_of(const void*) { return -1; }  // -1: not device memory
+  virtual void* stream_handle(c10::Stream s) {
+    return reinterpret_cast<void*>(static_cast<intptr_t>(s.id()));
+  }
+  // Streams and the current device: true when the driver keeps them, as the
+  // CUDA runtime does; musa stream ids are then the driver's own.
+  virtual bool native_streams() const { return false; }
+  virtual c10::StreamId current_stream_id(c10::DeviceIndex) { return 0; }
+  virtual void set_current_stream_id(c10::DeviceIndex, c10::StreamId) {}
+  virtual c10::StreamId pool_stream_id(c10::DeviceIndex, bool /*high*/) { return 0; }
+  virtual void set_device(c10::DeviceIndex) {}
 };
 
-// The driver in use (host driver by default).
+// The driver in use: the host driver unless `select_driver` chose another
+// before the runtime was initialised.
 Driver& driver();
+// "host", or "cuda" where the package was built with CUDA. Raises otherwise.
+void select_driver(const std::string& name);
+bool cuda_driver_built();
 
 }  // namespace torch_musa

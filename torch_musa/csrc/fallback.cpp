@@ -95,7 +95,7 @@ void to_host(HostCall& call, c10::IValue& v, const c10::Argument& a) {
     v = call.host_generator(v.isNone() ? std::nullopt
                                        : std::optional<at::Generator>(v.toGenerator()));
   } else if (v.isDevice() && v.toDevice().is_privateuseone()) {
-    v = c10::Device(c10::DeviceType::CPU);
+    v = kernel_device(v.toDevice().index());
   }
 }
 
@@ -120,7 +120,7 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t i = 0; i < args.size(); ++i) to_host(call, (*stack)[first + i], args[i]);
   {
     HostKernelScope scope(device);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    op.redispatchBoxed(kernel_keys(), stack);
   }
   call.sync_written();
   const size_t rfirst = stack->size() - schema.returns().size();

@@ -3,7 +3,6 @@
 #include "allocator.h"
 #include "runtime.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GeneratorImpl.h>
 
 #include <cstring>
@@ -14,7 +13,8 @@ namespace torch_musa {
 
 namespace {
 
-// A musa-tagged generator whose state lives in a host (mt19937) generator.
+// A musa-tagged generator whose state lives in a generator of the kernels'
+// device type (host mt19937, or CUDA Philox under the cuda driver).
 struct MusaGeneratorImpl final : c10::GeneratorImpl {
   explicit MusaGeneratorImpl(c10::DeviceIndex d, at::Generator host)
       : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, d),
@@ -42,8 +42,7 @@ struct MusaGeneratorImpl final : c10::GeneratorImpl {
 };
 
 at::Generator make(c10::DeviceIndex d, uint64_t seed) {
-  return at::make_generator<MusaGeneratorImpl>(
-      d, at::make_generator<at::CPUGeneratorImpl>(seed));
+  return at::make_generator<MusaGeneratorImpl>(d, driver().kernel_generator(d, seed));
 }
 
 }  // namespace
@@ -53,7 +52,7 @@ const at::Generator& default_generator(c10::DeviceIndex d) {
   static std::once_flag once;
   static std::deque<at::Generator> gens;
   std::call_once(once, [] {
-    for (int i = 0; i < kMaxDevices; ++i)
+    for (int i = 0; i < device_count(); ++i)
       gens.push_back(make(static_cast<c10::DeviceIndex>(i),
                           c10::default_rng_seed_val));
   });

@@ -16,7 +16,24 @@ void release_storage(void* ctx) {
 }
 
 const c10::DispatchKeySet kMusaKeys(c10::DispatchKey::PrivateUse1);
-const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
+
+// The keys and allocator of the kernels' device type (fixed by the driver).
+struct KernelSide {
+  c10::DeviceType type;
+  c10::DispatchKeySet keys;
+  c10::Allocator* allocator;
+};
+const KernelSide& kernel_side() {
+  static const KernelSide k = [] {
+    const auto type = config().kernel_type;
+    return KernelSide{type,
+                      c10::DispatchKeySet(type == c10::DeviceType::CUDA
+                                              ? c10::DispatchKey::CUDA
+                                              : c10::DispatchKey::CPU),
+                      driver().kernel_allocator()};
+  }();
+  return k;
+}
 
 at::Tensor make_like(c10::Storage storage, c10::DispatchKeySet keys,
                      const at::Tensor& like) {
@@ -34,15 +51,25 @@ at::Tensor make_like(c10::Storage storage, c10::DispatchKeySet keys,
 
 }  // namespace
 
+c10::DispatchKeySet kernel_keys() { return kernel_side().keys; }
+
+c10::Device kernel_device(c10::DeviceIndex i) {
+  const auto type = kernel_side().type;
+  return type == c10::DeviceType::CPU ? c10::Device(type) : c10::Device(type, i);
+}
+
 at::Tensor host_alias(const at::Tensor& t) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(s);
+  const KernelSide& k = kernel_side();
   c10::DataPtr dp(s->mutable_data(), s, &release_storage,
-                  c10::Device(c10::DeviceType::CPU));
+                  c10::Device(k.type, k.type == c10::DeviceType::CPU
+                                          ? c10::DeviceIndex(-1)
+                                          : t.device().index()));
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), s->nbytes(), std::move(dp),
-      c10::GetCPUAllocator(), /*resizable=*/true);
-  return make_like(c10::Storage(std::move(storage)), kCpuKeys, t);
+      k.allocator, /*resizable=*/true);
+  return make_like(c10::Storage(std::move(storage)), k.keys, t);
 }
 
 at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like) {
@@ -61,6 +88,11 @@ c10::Storage adopt_storage(const at::Tensor& t, c10::DeviceIndex device,
       c10::raw::intrusive_ptr::use_count(hs) == size_t(refs_on_stack)) {
     dp = hs->set_data_ptr(c10::DataPtr(nullptr, hs->device()));
     dp.unsafe_set_device(dev);
+  } else if (config().kernel_type != c10::DeviceType::CPU &&
+             hs->device_type() == config().kernel_type) {
+    // Device memory someone else also holds: share it, as the host cannot.
+    c10::raw::intrusive_ptr::incref(hs);
+    dp = c10::DataPtr(hs->mutable_data(), hs, &release_storage, dev);
   } else {
     dp = device_allocator().allocate_on(device, nbytes, dev);
     driver().memcpy(dp.get(), hs->data(), nbytes, current_stream(device));

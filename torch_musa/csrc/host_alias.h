@@ -12,6 +12,11 @@ namespace torch_musa {
 
 at::Tensor host_alias(const at::Tensor& musa_tensor);
 
+// Where the kernels run: CPU under the host driver, CUDA under the cuda
+// driver. `kernel_device(i)` stands for musa:i (-1: the current device).
+c10::DispatchKeySet kernel_keys();
+c10::Device kernel_device(c10::DeviceIndex musa_index);
+
 // A musa tensor with `like`'s sizes, strides, offset and conj/neg bits over
 // `storage`.
 at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like);

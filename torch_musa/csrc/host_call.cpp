@@ -135,7 +135,7 @@ const at::Tensor* HostCall::original_of(const at::Tensor& host) const {
 }
 
 at::Tensor HostCall::to_musa(const at::Tensor& t, int refs) {
-  if (!t.defined() || !t.device().is_cpu()) return t;
+  if (!t.defined() || t.device().type() != config().kernel_type) return t;
   TORCH_CHECK(t.layout() == at::kStrided, op_name(), " produced a ", t.layout(),
               " tensor; musa supports only strided (dense) tensors. Compute it on "
               "the CPU device, or keep the data dense.");

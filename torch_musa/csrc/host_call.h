@@ -65,7 +65,6 @@ class HostCall {
   at::Tensor to_musa(const at::Tensor& host, int refs_on_stack = 1);
   // The musa argument that `host` stands for, or nullptr.
   const at::Tensor* original_of(const at::Tensor& host) const;
-  bool downcast() const { return downcast_; }
 
   std::string op_name() const;
 

@@ -5,6 +5,8 @@
 // events, waits and elapsed times come out as on an asynchronous device.
 #include "driver.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -137,9 +139,49 @@ class HostDriver final : public Driver {
 
 }  // namespace
 
+#ifdef TORCH_MUSA_WITH_CUDA
+Driver* make_cuda_driver();  // cuda/cuda_driver.cpp
+#endif
+
+namespace {
+Driver* g_driver = nullptr;
+}
+
+c10::Allocator* Driver::kernel_allocator() { return c10::GetCPUAllocator(); }
+
+at::Generator Driver::kernel_generator(c10::DeviceIndex, uint64_t seed) {
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
+
 Driver& driver() {
   static HostDriver host;
-  return host;
+  return g_driver ? *g_driver : host;
+}
+
+bool cuda_driver_built() {
+#ifdef TORCH_MUSA_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+void select_driver(const std::string& name) {
+  if (name == "host") {
+    g_driver = nullptr;
+    return;
+  }
+#ifdef TORCH_MUSA_WITH_CUDA
+  if (name == "cuda") {
+    static Driver* cuda = make_cuda_driver();
+    g_driver = cuda;
+    return;
+  }
+#endif
+  TORCH_CHECK(false, "TORCH_MUSA_DRIVER=", name, " is not available: this build of "
+              "torch_musa has the driver(s) ",
+              cuda_driver_built() ? "'host', 'cuda'" : "'host' (built without CUDA)",
+              ".");
 }
 
 }  // namespace torch_musa

@@ -91,7 +91,7 @@ template <> struct Arg<std::optional<at::Generator>> {
 template <> struct Arg<std::optional<at::Device>> {
   std::optional<at::Device> v;
   Arg(HostCall&, std::optional<at::Device> d)
-      : v(d && d->is_privateuseone() ? std::optional<at::Device>(at::kCPU) : d) {}
+      : v(d && d->is_privateuseone() ? std::optional<at::Device>(kernel_device(d->index())) : d) {}
   std::optional<at::Device> get() { return v; }
 };
 
@@ -221,9 +221,7 @@ struct HostKernel<Op, Ret(Args...), Guard> {
       }
     }
   }
-  static c10::DispatchKeySet cpu_keys() {
-    return c10::DispatchKeySet(c10::DispatchKey::CPU);
-  }
+  static c10::DispatchKeySet cpu_keys() { return kernel_keys(); }
 };
 
 }  // namespace torch_musa::host_kernel

@@ -108,6 +108,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_configure", &configure);
   m.def("_register_device", &register_device);
   m.def("_driver_name", [] { return driver().name(); });
+  m.def("_use_driver", &use_driver);
+  m.def("_stream_handle", [](int device, int64_t id) {
+    return reinterpret_cast<intptr_t>(driver().stream_handle(c10::Stream(
+        c10::Stream::UNSAFE,
+        c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)),
+        id)));
+  });
+  m.def("_cuda_driver_built", &cuda_driver_built);
   m.def("_is_initialized", &is_initialized);
   m.def("_mark_initialized", &mark_initialized);
   m.def("_get_device", [] { return int(current_device()); });

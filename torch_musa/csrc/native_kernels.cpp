@@ -116,13 +116,18 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(storage), 0, {0}, {});
 }
 
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
-                      bool /*non_blocking: the host driver copies eagerly*/) {
+bool copyable(const at::Tensor& t) {
+  return t.device().is_cpu() || t.device().type() == config().kernel_type;
+}
+
+// non_blocking is honoured by the kernels' own copy (the host driver copies
+// eagerly; the cuda driver enqueues on the current stream).
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   at::Tensor src = self.is_privateuseone() ? host_alias(self) : self;
   at::Tensor out = dst.is_privateuseone() ? host_alias(dst) : dst;
-  TORCH_CHECK(src.device().is_cpu() && out.device().is_cpu(),
+  TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
-  out.copy_(src);
+  out.copy_(src, non_blocking);
   return dst;
 }
 

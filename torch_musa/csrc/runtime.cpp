@@ -41,14 +41,31 @@ void check_device(c10::DeviceIndex index) {
 
 c10::DeviceIndex current_device() { return t_device; }
 
+void use_driver(const std::string& name) {
+  TORCH_CHECK(!is_initialized(), "the musa driver must be chosen before the "
+              "runtime is in use");
+  select_driver(name);
+  config().kernel_type = driver().kernel_device_type();
+  config().native_streams = driver().native_streams();
+}
+
 void set_current_device(c10::DeviceIndex index) {
   check_not_forked();
   check_device(index);
+  if (C10_UNLIKELY(config().native_streams)) driver().set_device(index);
   t_device = index;
   mark_initialized();
 }
 
-void restore_current_device(c10::DeviceIndex index) noexcept { t_device = index; }
+void restore_current_device(c10::DeviceIndex index) noexcept {
+  if (C10_UNLIKELY(config().native_streams)) {
+    try {
+      driver().set_device(index);
+    } catch (...) {
+    }
+  }
+  t_device = index;
+}
 
 c10::Stream default_stream(c10::DeviceIndex index) {
   return c10::Stream(c10::Stream::UNSAFE,
@@ -58,16 +75,24 @@ c10::Stream default_stream(c10::DeviceIndex index) {
 c10::Stream current_stream(c10::DeviceIndex index) {
   return c10::Stream(c10::Stream::UNSAFE,
                      c10::Device(c10::DeviceType::PrivateUse1, index),
-                     t_stream[index]);
+                     C10_UNLIKELY(config().native_streams)
+                         ? driver().current_stream_id(index)
+                         : t_stream[index]);
 }
 
 void set_current_stream(c10::Stream stream) {
   check_device(stream.device_index());
+  if (C10_UNLIKELY(config().native_streams))
+    driver().set_current_stream_id(stream.device_index(), stream.id());
   t_stream[stream.device_index()] = stream.id();
 }
 
 c10::Stream pool_stream(c10::DeviceIndex index, int priority) {
   check_device(index);
+  if (C10_UNLIKELY(config().native_streams))
+    return c10::Stream(c10::Stream::UNSAFE,
+                       c10::Device(c10::DeviceType::PrivateUse1, index),
+                       driver().pool_stream_id(index, priority < 0));
   // Two priorities, as on CUDA: 0 (normal) and anything below 0 (high).
   const int high = priority < 0 ? 1 : 0;
   const uint32_t k = g_pool_cursor[index * 2 + high]++ % kStreamsPerPool;

@@ -20,7 +20,13 @@ struct RuntimeConfig {
   int64_t host_limit_bytes = 0;  // all devices together; 0 = no host guard
   double clock_hz = 1.5e9;       // converts `_sleep` cycles to time
   uint64_t unsupported_dtypes = 0;  // bit i set: ScalarType(i) not supported
+  // Copied from the driver when it is selected (read on every op).
+  c10::DeviceType kernel_type = c10::DeviceType::CPU;
+  bool native_streams = false;
 };
+
+// Chooses the driver ("host" or "cuda") before the runtime is in use.
+void use_driver(const std::string& name);
 
 RuntimeConfig& config();
 c10::DeviceIndex device_count();

@@ -1,0 +1,206 @@
+"""musa on the cuda driver against native cuda, side by side in one process.
+
+Run on a machine with an NVIDIA GPU (scripts/gpu_run.sh does it):
+
+    TORCH_MUSA_DRIVER=cuda python benchmarks/bench_cuda_driver.py --out benchmarks/results
+
+Per-op times for small (launch-bound) and large ops, and a GPT-2-small training
+step (random initialisation, bf16 autocast, fused AdamW), each measured in
+alternating rounds on musa and on cuda; the ratio is median(musa) / median(cuda).
+Writes cuda_driver.json, cuda_driver.md and cuda_driver.png to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+import torch_musa  # noqa: F401
+from torch_musa import _state
+
+TARGETS = {"small": 1.3, "large": 1.05, "train": 1.05}
+
+
+def sync(device: str) -> None:
+    (torch.musa if device.startswith("musa") else torch.cuda).synchronize()
+
+
+def time_loop(fn, device: str, iters: int) -> float:
+    """Seconds per call of fn, over iters calls, queue drained before and after."""
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync(device)
+    return (time.perf_counter() - t0) / iters
+
+
+def op_cases():
+    def binary(op, shape, dtype):
+        def make(device):
+            g = torch.Generator().manual_seed(0)
+            a = torch.randn(shape, generator=g).to(device, dtype)
+            b = torch.randn(shape, generator=g).to(device, dtype)
+            return lambda: op(a, b)
+        return make
+
+    def unary(op, shape, dtype):
+        def make(device):
+            a = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(device, dtype)
+            return lambda: op(a)
+        return make
+
+    def conv(device):
+        x = torch.randn(32, 256, 56, 56, device=device, dtype=torch.bfloat16)
+        w = torch.randn(256, 256, 3, 3, device=device, dtype=torch.bfloat16)
+        return lambda: torch.nn.functional.conv2d(x, w, padding=1)
+
+    return [
+        ("add 64x64", "small", binary(torch.add, (64, 64), torch.float32), 3000),
+        ("mul 64x64", "small", binary(torch.mul, (64, 64), torch.float32), 3000),
+        ("relu 64x64", "small", unary(torch.relu, (64, 64), torch.float32), 3000),
+        ("add_ 64x64", "small", binary(lambda a, b: a.add_(b), (64, 64), torch.float32), 3000),
+        ("matmul 8192² bf16", "large", binary(torch.matmul, (8192, 8192), torch.bfloat16), 30),
+        ("add 64M fp32", "large", binary(torch.add, (64 << 20,), torch.float32), 50),
+        ("softmax 8192² fp32", "large", unary(lambda a: torch.softmax(a, -1), (8192, 8192),
+                                              torch.float32), 30),
+        ("conv 3x3 256ch 56² bf16", "large", conv, 30),
+    ]
+
+
+def bench_ops(rounds: int) -> list[dict]:
+    rows = []
+    for name, kind, make, iters in op_cases():
+        fns = {d: make(d) for d in ("musa", "cuda")}
+        for d, fn in fns.items():  # warm up (kernel choice, caches)
+            time_loop(fn, d, max(3, iters // 10))
+        times = {"musa": [], "cuda": []}
+        for _ in range(rounds):
+            for d in ("musa", "cuda"):
+                times[d].append(time_loop(fns[d], d, iters))
+        rows.append(summarise(name, kind, times))
+        print_row(rows[-1])
+        del fns
+    return rows
+
+
+def summarise(name, kind, times):
+    m, c = statistics.median(times["musa"]), statistics.median(times["cuda"])
+    return {"name": name, "kind": kind, "musa_us": m * 1e6, "cuda_us": c * 1e6,
+            "ratio": m / c, "target": TARGETS[kind], "rounds": len(times["musa"])}
+
+
+def print_row(r):
+    ok = "ok" if r["ratio"] <= r["target"] else "MISS"
+    print(f"{r['name']:<28} {r['musa_us']:>12.1f} {r['cuda_us']:>12.1f} "
+          f"{r['ratio']:>7.3f} {r['target']:>7.2f}  {ok}", flush=True)
+
+
+def bench_gpt2(rounds: int, steps: int, batch: int, seq: int) -> dict:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_positions=seq)  # GPT-2 small: 12 layers, 768 wide, 124M
+    base = GPT2LMHeadModel(config)
+    tokens = torch.randint(0, config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1))
+    runs = {}
+    for d in ("musa", "cuda"):
+        model = GPT2LMHeadModel(config).to(d)
+        model.load_state_dict(base.state_dict())
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        x = tokens.to(d)
+
+        def step(model=model, opt=opt, x=x, d=d):
+            with torch.autocast(d, dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        runs[d] = step
+    losses = {d: [runs[d]().item() for _ in range(3)] for d in runs}  # warm-up steps
+    times = {"musa": [], "cuda": []}
+    for _ in range(rounds):
+        for d in ("musa", "cuda"):
+            times[d].append(time_loop(runs[d], d, steps))
+    row = summarise(f"GPT-2 small step b{batch}x{seq} bf16", "train", times)
+    row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
+    row["warmup_losses"] = losses
+    print_row(row)
+    return row
+
+
+def machine() -> dict:
+    p = torch.cuda.get_device_properties(0)
+    return {"gpu": p.name, "gpu_memory_gib": round(p.total_memory / 2**30, 1),
+            "sm_count": p.multi_processor_count, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "musa_driver": torch_musa._C._driver_name()}
+
+
+def write(out: str, result: dict) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "cuda_driver.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    m = result["machine"]
+    lines = [f"# musa (cuda driver) vs native cuda — {m['gpu']}", "",
+             f"torch {m['torch']} (CUDA {m['cuda']}), Python {m['python']}, "
+             f"{m['cpu_count']} CPU cores; medians of {result['rounds']} alternating rounds.", "",
+             "| work | musa µs | cuda µs | musa/cuda | target |", "|---|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['name']} | {r['musa_us']:.1f} | {r['cuda_us']:.1f} | "
+                     f"{r['ratio']:.3f} | ≤ {r['target']} |")
+    with open(os.path.join(out, "cuda_driver.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        rows = result["rows"]
+        fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
+        ax.barh([r["name"] for r in rows], [r["ratio"] for r in rows],
+                color=["tab:green" if r["ratio"] <= r["target"] else "tab:red" for r in rows])
+        for i, r in enumerate(rows):
+            ax.plot([r["target"]] * 2, [i - 0.4, i + 0.4], "k--", lw=1)
+        ax.axvline(1.0, color="grey", lw=0.8)
+        ax.invert_yaxis()
+        ax.set_xlabel("time on musa (cuda driver) / time on native cuda (dashed: target)")
+        ax.set_title(m["gpu"])
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "cuda_driver.png"), dpi=110)
+    except ImportError:
+        print("matplotlib missing: no PNG", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--skip-train", action="store_true")
+    args = ap.parse_args(argv)
+    if _state.driver != "cuda":
+        print("run with TORCH_MUSA_DRIVER=cuda on a machine with an NVIDIA GPU", file=sys.stderr)
+        return 2
+    print(f"{'work':<28} {'musa µs':>12} {'cuda µs':>12} {'ratio':>7} {'target':>7}")
+    rows = bench_ops(args.rounds)
+    if not args.skip_train:
+        rows.append(bench_gpt2(max(3, args.rounds - 2), args.steps, args.batch, args.seq))
+    write(args.out, {"machine": machine(), "rounds": args.rounds, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The cuda driver, end to end, on a machine with an NVIDIA GPU and a CUDA build
+# of torch (the lent H200 has torch 2.11 + CUDA 13): build torch_musa with the
+# cuda driver, run the whole test suite under TORCH_MUSA_DRIVER=cuda (expected
+# failures: tests/cuda_driver_expected_failures.yaml), then the benchmark
+# against native cuda. Results go to $RESULTS (default benchmarks/results).
+#
+#   bash scripts/gpu_run.sh            # build + tests + benchmark
+#   STAGES="build bench" bash scripts/gpu_run.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+RESULTS=${RESULTS:-benchmarks/results}
+STAGES=${STAGES:-build tests bench}
+mkdir -p "$RESULTS"
+export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
+status=0
+
+if [[ " $STAGES " == *" build "* ]]; then
+  # Wheels the test suite needs that the machine may lack (carried in .whl/).
+  if compgen -G ".whl/*.whl" > /dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile .whl/*.whl || exit 1
+  fi
+  start=$(date +%s)
+  $PY -m pip install -q --no-build-isolation --no-deps -e . || exit 1
+  echo "build: $(( $(date +%s) - start )) s"
+fi
+
+export TORCH_MUSA_DRIVER=cuda
+$PY -c "import torch, torch_musa; assert torch_musa._C._driver_name() == 'cuda', 'not the cuda driver'; \
+x = torch.randn(4, 4, device='musa'); print('smoke:', (x @ x).sum().item(), torch.musa.get_device_name())" || exit 1
+
+if [[ " $STAGES " == *" tests "* ]]; then
+  start=$(date +%s)
+  $PY -m pytest -q -p no:cacheprovider -n "${TEST_JOBS:-8}" --timeout 600 -rfE \
+    --junitxml="$RESULTS/cuda_driver_tests.xml" tests 2>&1 | tee "$RESULTS/cuda_driver_tests.log"
+  status=${PIPESTATUS[0]}
+  echo "tests: exit $status, $(( $(date +%s) - start )) s"
+fi
+
+if [[ " $STAGES " == *" bench "* ]]; then
+  $PY benchmarks/bench_cuda_driver.py --out "$RESULTS" || status=1
+fi
+exit $status

@@ -1,0 +1,127 @@
+"""The cuda driver (TORCH_MUSA_DRIVER=cuda): musa on an NVIDIA GPU.
+
+These need a GPU and run in scripts/gpu_run.sh on the lent machine; under the
+host driver (CI) they are skipped, and test_driver_choice covers what can be
+checked without a GPU.
+"""
+import pytest
+import torch
+
+from torch_musa import _state
+from torch_musa.testing.models import train
+
+on_cuda = pytest.mark.skipif(_state.driver != "cuda",
+                             reason="needs TORCH_MUSA_DRIVER=cuda and a GPU (scripts/gpu_run.sh)")
+
+
+def test_driver_choice(subpython):
+    r = subpython("import torch_musa", env={"TORCH_MUSA_DRIVER": "tpu"})
+    assert r.returncode != 0
+    assert "TORCH_MUSA_DRIVER='tpu' is not a musa driver; choose one of ['host', 'cuda']" in r.stderr
+    if not torch.cuda.is_available():
+        r = subpython("import torch_musa", env={"TORCH_MUSA_DRIVER": "cuda"})
+        assert r.returncode != 0
+        assert "TORCH_MUSA_DRIVER=cuda" in r.stderr and "unset TORCH_MUSA_DRIVER" in r.stderr
+    r = subpython("import torch, torch_musa; print(torch_musa._C._driver_name())")
+    assert r.stdout.strip() == ("host" if "TORCH_MUSA_DRIVER" not in __import__("os").environ
+                                else _state.driver)
+
+
+@on_cuda
+def test_device_is_the_gpu():
+    assert torch.musa.device_count() == torch.cuda.device_count()
+    props = torch.musa.get_device_properties(0)
+    assert torch.cuda.get_device_name(0) in props.name
+    assert props.total_memory == torch.cuda.get_device_properties(0).total_memory
+
+
+@on_cuda
+def test_memory_comes_from_the_cuda_caching_allocator():
+    torch.musa.synchronize()
+    before = torch.musa.memory_allocated(0)
+    assert before == torch.cuda.memory_allocated(0)
+    x = torch.empty(64 << 20, dtype=torch.uint8, device="musa")
+    assert torch.musa.memory_allocated(0) - before == 64 << 20
+    assert torch.cuda.memory_allocated(0) == torch.musa.memory_allocated(0)
+    y = x.to(torch.float32)  # a CUDA kernel's output, adopted as musa memory
+    assert y.device.type == "musa"
+    assert torch.musa.memory_allocated(0) - before == (64 << 20) * 5
+    del x, y
+    assert torch.musa.memory_allocated(0) == before
+
+
+@on_cuda
+def test_out_of_memory_names_the_device_and_recovers():
+    with pytest.raises(torch.OutOfMemoryError, match=r"musa:0 \(cuda driver\) is out of memory"):
+        torch.empty(1 << 50, dtype=torch.uint8, device="musa")
+    assert (torch.ones(4, device="musa") * 2).sum().item() == 8
+
+
+@on_cuda
+def test_musa_streams_are_cuda_streams():
+    s = torch.musa.Stream()
+    with torch.musa.stream(s):
+        assert torch.cuda.current_stream().cuda_stream == torch.musa.current_stream().musa_stream
+        x = torch.randn(256, 256, device="musa") @ torch.randn(256, 256, device="musa")
+    s.synchronize()
+    assert torch.musa.current_stream().stream_id == torch.cuda.current_stream().stream_id
+    assert x.isfinite().all().item()
+
+
+@on_cuda
+def test_sleep_and_events_measure_device_time():
+    start, end = torch.musa.Event(enable_timing=True), torch.musa.Event(enable_timing=True)
+    start.record()
+    torch.musa._sleep(200_000_000)  # ~0.1 s of device cycles
+    end.record()
+    assert not end.query()  # the host did not wait
+    end.synchronize()
+    assert start.elapsed_time(end) > 20
+
+
+@on_cuda
+def test_non_blocking_copy_from_pinned_memory():
+    src = torch.arange(1 << 20, dtype=torch.float32).pin_memory()
+    assert src.is_pinned()
+    dst = src.to("musa", non_blocking=True)
+    torch.musa.current_stream().synchronize()
+    assert torch.equal(dst.cpu(), src)
+
+
+@on_cuda
+def test_ops_match_native_cuda_bit_for_bit():
+    torch.manual_seed(0)
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    for fn in (torch.matmul, torch.add, lambda x, y: torch.softmax(x, 1) * y.relu()):
+        assert torch.equal(fn(a.to("musa"), b.to("musa")).cpu(), fn(a.cuda(), b.cuda()).cpu())
+    g = torch.Generator("musa").manual_seed(3)
+    h = torch.Generator("cuda").manual_seed(3)
+    assert torch.equal(torch.rand(1000, device="musa", generator=g).cpu(),
+                       torch.rand(1000, device="cuda", generator=h).cpu())
+
+
+@on_cuda
+def test_sdpa_takes_the_gpu_kernels():
+    q = torch.randn(2, 4, 128, 64, device="musa", dtype=torch.bfloat16, requires_grad=True)
+    out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    out.sum().backward()
+    qc = q.detach().cuda().requires_grad_()
+    ref = torch.nn.functional.scaled_dot_product_attention(qc, qc, qc, is_causal=True)
+    ref.sum().backward()
+    assert torch.equal(out.cpu(), ref.cpu())
+    assert torch.equal(q.grad.cpu(), qc.grad.cpu())
+
+
+@on_cuda
+@pytest.mark.parametrize("kind", ["cnn", "transformer"])
+def test_training_matches_native_cuda(kind):
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    try:
+        musa_losses, musa_params = train(kind, "musa", steps=20, optimizer="adamw", foreach=True)
+        cuda_losses, cuda_params = train(kind, "cuda", steps=20, optimizer="adamw", foreach=True)
+    finally:
+        torch.backends.cudnn.deterministic = False
+    assert musa_losses == cuda_losses
+    for name in musa_params:
+        assert torch.equal(musa_params[name], cuda_params[name]), name
