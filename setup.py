@@ -48,7 +48,11 @@ setup(
             sources,
             include_dirs=[os.path.join(HERE, csrc)],
             define_macros=macros,
-            extra_compile_args={"cxx": ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]},
+            # Not -fvisibility=hidden: with some libstdc++ versions a hidden,
+            # locally instantiated iostream facet id crashes the first c10::str
+            # (seen with torch 2.11 on the GPU machine). Direct intra-module
+            # calls come from -fno-semantic-interposition instead.
+            extra_compile_args={"cxx": ["-O2", "-g0", "-std=c++20", "-fno-semantic-interposition"]},
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},

@@ -7,7 +7,11 @@ Run on a machine with an NVIDIA GPU (scripts/gpu_run.sh does it):
 Per-op times for small (launch-bound) and large ops, and a GPT-2-small training
 step (random initialisation, bf16 autocast, fused AdamW), each measured in
 alternating rounds on musa and on cuda; the ratio is median(musa) / median(cuda).
-Writes cuda_driver.json, cuda_driver.md and cuda_driver.png to --out.
+The native-cuda training step runs in a worker process without torch_musa,
+driven round by round from this one: once a PrivateUse1 backend is registered,
+PyTorch's autograd engine cannot run a CUDA backward in that process
+(pytorch/pytorch#161129). Writes cuda_driver.json, cuda_driver.md and
+cuda_driver.png to --out.
 """
 from __future__ import annotations
 
@@ -16,13 +20,11 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
 import torch
-
-import torch_musa  # noqa: F401
-from torch_musa import _state
 
 TARGETS = {"small": 1.3, "large": 1.05, "train": 1.05}
 
@@ -102,34 +104,64 @@ def print_row(r):
           f"{r['ratio']:>7.3f} {r['target']:>7.2f}  {ok}", flush=True)
 
 
-def bench_gpt2(rounds: int, steps: int, batch: int, seq: int) -> dict:
+def gpt2_step(device: str, batch: int, seq: int):
+    """A GPT-2-small training step on ``device``, same weights and data everywhere."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     config = GPT2Config(n_positions=seq)  # GPT-2 small: 12 layers, 768 wide, 124M
-    base = GPT2LMHeadModel(config)
-    tokens = torch.randint(0, config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1))
-    runs = {}
-    for d in ("musa", "cuda"):
-        model = GPT2LMHeadModel(config).to(d)
-        model.load_state_dict(base.state_dict())
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        x = tokens.to(d)
+    model = GPT2LMHeadModel(config).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    x = torch.randint(0, config.vocab_size, (batch, seq),
+                      generator=torch.Generator().manual_seed(1)).to(device)
 
-        def step(model=model, opt=opt, x=x, d=d):
-            with torch.autocast(d, dtype=torch.bfloat16):
-                loss = model(input_ids=x, labels=x).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss
+    def step():
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
 
-        runs[d] = step
-    losses = {d: [runs[d]().item() for _ in range(3)] for d in runs}  # warm-up steps
+    return step
+
+
+def cuda_worker(batch: int, seq: int, steps: int) -> int:
+    """Native-cuda side of the training benchmark (a process without torch_musa).
+
+    Answers each line on stdin: 'warmup' with the loss, 'round' with seconds per step.
+    """
+    step = gpt2_step("cuda", batch, seq)
+    for line in sys.stdin:
+        if line.strip() == "warmup":
+            print(step().item(), flush=True)
+        elif line.strip() == "round":
+            print(time_loop(step, "cuda", steps), flush=True)
+    return 0
+
+
+def bench_gpt2(rounds: int, steps: int, batch: int, seq: int) -> dict:
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    worker = subprocess.Popen(
+        [sys.executable, __file__, "--cuda-worker", "--batch", str(batch), "--seq", str(seq),
+         "--steps", str(steps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def ask(cmd: str) -> float:
+        worker.stdin.write(cmd + "\n")
+        worker.stdin.flush()
+        return float(worker.stdout.readline())
+
+    musa_step = gpt2_step("musa", batch, seq)
+    losses = {"musa": [], "cuda": []}
+    for _ in range(3):  # warm-up steps (allocator, kernel choice)
+        losses["musa"].append(musa_step().item())
+        losses["cuda"].append(ask("warmup"))
     times = {"musa": [], "cuda": []}
     for _ in range(rounds):
-        for d in ("musa", "cuda"):
-            times[d].append(time_loop(runs[d], d, steps))
+        times["musa"].append(time_loop(musa_step, "musa", steps))
+        times["cuda"].append(ask("round"))
+    worker.stdin.close()
+    worker.wait(timeout=60)
     row = summarise(f"GPT-2 small step b{batch}x{seq} bf16", "train", times)
     row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
     row["warmup_losses"] = losses
@@ -143,7 +175,7 @@ def machine() -> dict:
             "sm_count": p.multi_processor_count, "torch": torch.__version__,
             "cuda": torch.version.cuda, "python": platform.python_version(),
             "cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "musa_driver": torch_musa._C._driver_name()}
+            "musa_driver": "cuda"}
 
 
 def write(out: str, result: dict) -> None:
@@ -190,7 +222,13 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--cuda-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.cuda_worker:
+        return cuda_worker(args.batch, args.seq, args.steps)
+    import torch_musa  # noqa: F401  (not in the worker: see the module docstring)
+    from torch_musa import _state
+
     if _state.driver != "cuda":
         print("run with TORCH_MUSA_DRIVER=cuda on a machine with an NVIDIA GPU", file=sys.stderr)
         return 2

@@ -43,7 +43,7 @@ def pytest_collection_modifyitems(config, items):
         (pathlib.Path(__file__).parent / "cuda_driver_expected_failures.yaml").read_text()) or {}
     for item in items:
         for prefix, reason in listed.items():
-            if item.nodeid == prefix or item.nodeid.startswith(prefix + "[") or \
+            if item.nodeid == prefix or item.nodeid.startswith((prefix + "[", prefix + "/")) or \
                     item.nodeid.startswith(prefix + "::"):
                 item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
                 break

@@ -55,9 +55,11 @@ from torch_musa import attention as _attention  # noqa: E402
 
 _amp.register()  # AutocastPrivateUse1 kernels, GradScaler without float64, torch.musa.amp
 if _state.driver == "host":
-    # Under the cuda driver SDPA is left to PyTorch's own choice, which runs on
-    # the GPU aliases through the fallback: flash, memory-efficient, cuDNN.
     _attention.register()  # SDPA backend choice and the flash kernels
+else:
+    from torch_musa.attention import gpu as _attention_gpu
+
+    _attention_gpu.register()  # the GPU's flash / memory-efficient / cuDNN kernels
 
 from torch_musa import distributed as _distributed  # noqa: E402
 

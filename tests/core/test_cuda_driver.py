@@ -4,10 +4,16 @@ These need a GPU and run in scripts/gpu_run.sh on the lent machine; under the
 host driver (CI) they are skipped, and test_driver_choice covers what can be
 checked without a GPU.
 """
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
 from torch_musa import _state
+from torch_musa.testing import models
 from torch_musa.testing.models import train
 
 on_cuda = pytest.mark.skipif(_state.driver != "cuda",
@@ -25,6 +31,28 @@ def test_driver_choice(subpython):
     r = subpython("import torch, torch_musa; print(torch_musa._C._driver_name())")
     assert r.stdout.strip() == ("host" if "TORCH_MUSA_DRIVER" not in __import__("os").environ
                                 else _state.driver)
+
+
+def native_cuda(tmp_path, code: str):
+    """Run ``code`` on native cuda in a process without torch_musa; returns its ``result``.
+
+    PyTorch's autograd engine gives CUDA nodes no stream once a PrivateUse1
+    backend is registered (pytorch/pytorch#161129: `opt_ready_stream &&
+    opt_parent_stream` assert), so native-cuda backward references run apart.
+    """
+    out = tmp_path / "ref.pt"
+    script = textwrap.dedent(f"""
+        import importlib.util, torch
+        spec = importlib.util.spec_from_file_location("models", {models.__file__!r})
+        models = importlib.util.module_from_spec(spec); spec.loader.exec_module(models)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    """) + textwrap.dedent(code) + f"\ntorch.save(result, {str(out)!r})\n"
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return torch.load(out)
 
 
 @on_cuda
@@ -100,28 +128,43 @@ def test_ops_match_native_cuda_bit_for_bit():
                        torch.rand(1000, device="cuda", generator=h).cpu())
 
 
+SDPA_CASE = """
+torch.manual_seed(0)
+q = torch.randn(2, 4, 128, 64, dtype=torch.bfloat16).to(DEVICE).requires_grad_()
+out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+(out.float() * torch.linspace(0, 1, 64, device=DEVICE)).sum().backward()
+result = {"out": out.detach().cpu(), "grad": q.grad.cpu()}
+"""
+
+
 @on_cuda
-def test_sdpa_takes_the_gpu_kernels():
-    q = torch.randn(2, 4, 128, 64, device="musa", dtype=torch.bfloat16, requires_grad=True)
-    out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
-    out.sum().backward()
-    qc = q.detach().cuda().requires_grad_()
-    ref = torch.nn.functional.scaled_dot_product_attention(qc, qc, qc, is_causal=True)
-    ref.sum().backward()
-    assert torch.equal(out.cpu(), ref.cpu())
-    assert torch.equal(q.grad.cpu(), qc.grad.cpu())
+def test_sdpa_takes_the_gpu_kernels(tmp_path):
+    from torch.profiler import ProfilerActivity, profile
+
+    scope = {"DEVICE": "musa"}
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        exec(SDPA_CASE, {"torch": torch}, scope)
+    names = {e.name for e in prof.events()}
+    assert "aten::_scaled_dot_product_flash_attention" in names
+    assert "aten::_scaled_dot_product_flash_attention_backward" in names
+    ref = native_cuda(tmp_path, 'DEVICE = "cuda"\n' + SDPA_CASE)
+    assert torch.equal(scope["result"]["out"], ref["out"])
+    assert torch.equal(scope["result"]["grad"], ref["grad"])
 
 
 @on_cuda
 @pytest.mark.parametrize("kind", ["cnn", "transformer"])
-def test_training_matches_native_cuda(kind):
+def test_training_matches_native_cuda(kind, tmp_path):
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     try:
         musa_losses, musa_params = train(kind, "musa", steps=20, optimizer="adamw", foreach=True)
-        cuda_losses, cuda_params = train(kind, "cuda", steps=20, optimizer="adamw", foreach=True)
     finally:
         torch.backends.cudnn.deterministic = False
+    ref = native_cuda(tmp_path, f"""
+        result = models.train({kind!r}, "cuda", steps=20, optimizer="adamw", foreach=True)
+    """)
+    cuda_losses, cuda_params = ref
     assert musa_losses == cuda_losses
     for name in musa_params:
         assert torch.equal(musa_params[name], cuda_params[name]), name

@@ -61,8 +61,11 @@ struct Driver {
   virtual c10::DeviceType kernel_device_type() const { return c10::DeviceType::CPU; }
   // The allocator of the kernels' device type (aliases resize through it).
   virtual c10::Allocator* kernel_allocator();
-  // A generator of the kernels' device type, seeded with `seed`.
+  // A generator of the kernels' device type, seeded with `seed`; and the one
+  // behind musa's default generator (ops without a generator argument, such
+  // as dropout, draw from the kernels' own default, so the two must be one).
   virtual at::Generator kernel_generator(c10::DeviceIndex device, uint64_t seed);
+  virtual at::Generator default_kernel_generator(c10::DeviceIndex device);
   // Device memory: non-null when the driver brings a caching allocator of its
   // own, which then serves every musa allocation and its statistics.
   virtual c10::DeviceAllocator* native_allocator() { return nullptr; }

@@ -53,8 +53,9 @@ const at::Generator& default_generator(c10::DeviceIndex d) {
   static std::deque<at::Generator> gens;
   std::call_once(once, [] {
     for (int i = 0; i < device_count(); ++i)
-      gens.push_back(make(static_cast<c10::DeviceIndex>(i),
-                          c10::default_rng_seed_val));
+      gens.push_back(at::make_generator<MusaGeneratorImpl>(
+          static_cast<c10::DeviceIndex>(i),
+          driver().default_kernel_generator(static_cast<c10::DeviceIndex>(i))));
   });
   return gens[d];
 }

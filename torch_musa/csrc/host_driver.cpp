@@ -153,6 +153,10 @@ at::Generator Driver::kernel_generator(c10::DeviceIndex, uint64_t seed) {
   return at::make_generator<at::CPUGeneratorImpl>(seed);
 }
 
+at::Generator Driver::default_kernel_generator(c10::DeviceIndex d) {
+  return kernel_generator(d, c10::default_rng_seed_val);
+}
+
 Driver& driver() {
   static HostDriver host;
   return g_driver ? *g_driver : host;

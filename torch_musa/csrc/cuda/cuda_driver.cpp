@@ -136,6 +136,9 @@ class CudaDriver final : public Driver {
     g.set_current_seed(seed);
     return g;
   }
+  at::Generator default_kernel_generator(c10::DeviceIndex d) override {
+    return at::cuda::detail::getDefaultCUDAGenerator(d);
+  }
   c10::DeviceAllocator* native_allocator() override { return cca::get(); }
   void set_memory_fraction(double fraction, c10::DeviceIndex d) override {
     cca::setMemoryFraction(fraction, d);
