@@ -151,6 +151,46 @@ def collectives(rank, ws):
         if rank == 0:
             _eq(t, torch.full((5,), float(ws)), "reduce max")
 
+    @check("premul_sum")
+    def _():
+        # PREMUL_SUM(f): every rank's input times f, then SUM; f a float or a 1-element tensor
+        for f in (2.5, torch.tensor([0.5], device=dev), torch.tensor(3.0)):
+            fv = float(f)
+            want = fv * sum(vals)
+            op = dist._make_nccl_premul_sum(f)
+            for dt in (torch.float32, torch.float64, torch.bfloat16):
+                t = torch.full((3, 4), vals[rank], device=dev, dtype=dt)
+                dist.all_reduce(t, op=op)
+                _on_musa(t, dev)
+                _eq(t, torch.full((3, 4), want), f"all_reduce premul {fv} {dt}")
+            t = torch.full((7,), vals[rank], device=dev)
+            w = dist.all_reduce(t, op=op, async_op=True)
+            w.wait()
+            _eq(w.get_future().value()[0], torch.full((7,), want), "all_reduce premul async")
+            # reduce: the root gets the scaled sum, the other ranks' inputs stay as they were
+            t = torch.full((5,), vals[rank], device=dev)
+            dist.reduce(t, dst=ws - 1, op=op)
+            _eq(t, torch.full((5,), want if rank == ws - 1 else vals[rank]), "reduce premul")
+            t = torch.full((5,), vals[rank], device=dev)
+            dist.reduce(t, dst=0, op=op, async_op=True).wait()
+            _eq(t, torch.full((5,), want if rank == 0 else vals[rank]), "reduce premul async")
+            # reduce_scatter_tensor: rank r gets f * sum over ranks of their chunk r; input untouched
+            inp = torch.stack([torch.full((2,), vals[rank] * (c + 1)) for c in range(ws)]).reshape(-1).to(dev)
+            before = inp.cpu().clone()
+            out = torch.empty(2, device=dev)
+            dist.reduce_scatter_tensor(out, inp, op=op)
+            _eq(out, torch.full((2,), want * (rank + 1)), "reduce_scatter_tensor premul")
+            _eq(inp, before, "reduce_scatter_tensor premul input")
+            out = torch.empty(2, device=dev)
+            dist.reduce_scatter_tensor(out, inp, op=op, async_op=True).wait()
+            _eq(out, torch.full((2,), want * (rank + 1)), "reduce_scatter_tensor premul async")
+            # reduce_scatter (lists)
+            ins = [torch.full((3,), vals[rank] * (c + 1), device=dev) for c in range(ws)]
+            out = torch.empty(3, device=dev)
+            dist.reduce_scatter(out, ins, op=op)
+            _eq(out, torch.full((3,), want * (rank + 1)), "reduce_scatter premul")
+            _eq(ins[0], torch.full((3,), vals[rank]), "reduce_scatter premul input")
+
     @check("all_gather")
     def _():
         t = torch.full((2, 3), vals[rank], device=dev)
@@ -598,9 +638,46 @@ def mismatch(rank, ws):
         msg = str(e)
         ok = "all_reduce" in msg and "dtype" in msg.lower()
         results["mismatch_dtype"] = "ok" if ok else f"unclear: {msg[:600]}"
+    # same element count, other shape; a different collective; broadcast / all_gather_into_tensor sizes
+    cases = {
+        "mismatch_reshape": lambda: dist.all_reduce(torch.ones((2, 4) if rank == 0 else (4, 2), device=dev)),
+        "mismatch_collective": lambda: (dist.all_reduce(torch.ones(4, device=dev)) if rank == 0 else
+                                        dist.broadcast(torch.ones(4, device=dev), src=0)),
+        "mismatch_broadcast": lambda: dist.broadcast(torch.ones(4 + rank, device=dev), src=0),
+        "mismatch_all_gather_into_tensor": lambda: dist.all_gather_into_tensor(
+            torch.empty(ws * (3 + rank), device=dev), torch.ones(3 + rank, device=dev)),
+        "mismatch_reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(
+            torch.empty(2, device=dev, dtype=torch.float32 if rank else torch.float64),
+            torch.ones(2 * ws, device=dev, dtype=torch.float32 if rank else torch.float64)),
+        "mismatch_reduce": lambda: dist.reduce(torch.ones(4 + rank, device=dev), dst=0),
+        "mismatch_all_gather": lambda: dist.all_gather([torch.empty(3 + rank, device=dev) for _ in range(ws)],
+                                                       torch.ones(3 + rank, device=dev)),
+        "mismatch_async": lambda: dist.all_reduce(torch.ones(5 + rank, device=dev), async_op=True).wait(),
+    }
+    for name, fn in cases.items():
+        t0 = time.monotonic()
+        try:
+            fn()
+            results[name] = "no error raised"
+        except Exception as e:  # noqa: BLE001
+            msg = str(e)
+            ok = ("rank 0" in msg and "rank 1" in msg and "shapes/dtypes" in msg
+                  and time.monotonic() - t0 < 8)
+            results[name] = "ok" if ok else f"unclear: {msg[:600]}"
+            results[name + "_msg"] = msg[:600]
     t = torch.ones(4, device=dev)
     dist.all_reduce(t)  # the group still works afterwards
     results["mismatch_then_ok"] = "ok" if torch.equal(t.cpu(), torch.full((4,), 2.0)) else str(t)
+    # a verified signature costs no further check: the store is not touched again
+    from torch_musa.distributed import mccl
+    g = mccl._GROUPS.get("0") or next(iter(mccl._GROUPS.values()), None)
+    if os.environ.get("MCCL_CHECK_COLLECTIVES", "first") == "first":
+        n = g.n
+        for _ in range(5):
+            dist.all_reduce(t)
+        results["mismatch_verified_once"] = "ok" if g.n == n else f"checked again: {n} -> {g.n}"
+    else:
+        results["mismatch_verified_once"] = "ok"
     os._exit(_write(results))
 
 

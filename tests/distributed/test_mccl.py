@@ -25,6 +25,7 @@ COLLECTIVE_CHECKS = [
     "all_reduce_view", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather_scatter", "send_recv", "barrier",
     "object_collectives", "new_group_subgroups", "local_dtype_mismatch", "cpu_tensor_rejected_clearly",
+    "premul_sum",
 ]
 
 
@@ -157,7 +158,21 @@ def test_peer_never_joins():
     assert "1/2" in results[0]["fault_never_joins_msg"]
 
 
+MISMATCH_CHECKS = ["mismatch_shape", "mismatch_dtype", "mismatch_reshape", "mismatch_collective",
+                   "mismatch_broadcast", "mismatch_all_gather_into_tensor", "mismatch_reduce_scatter_tensor",
+                   "mismatch_reduce", "mismatch_all_gather", "mismatch_async", "mismatch_then_ok",
+                   "mismatch_verified_once"]
+
+
+@pytest.mark.parametrize("name", MISMATCH_CHECKS)
+@pytest.mark.parametrize("env", [NATIVE, PYTHON], ids=["native", "python"])
+def test_mismatch_across_ranks_by_default(name, env):
+    """No setting needed: different shapes/dtypes/collectives across ranks raise on every rank,
+    naming the collective and each rank's shapes/dtypes; the group keeps working."""
+    _check("mismatch", 2, name, env=env)
+
+
 @pytest.mark.parametrize("name", ["mismatch_shape", "mismatch_dtype", "mismatch_then_ok"])
-def test_mismatch_across_ranks(name):
-    """MCCL_CHECK_COLLECTIVES=1: different shapes/dtypes across ranks raise a clear error, no hang."""
-    _check("mismatch", 2, name, env=(("MCCL_CHECK_COLLECTIVES", "1"), ("MCCL_NATIVE", "1")))
+def test_mismatch_across_ranks_check_all(name):
+    """MCCL_CHECK_COLLECTIVES=all: PyTorch's ProcessGroupWrapper checks every call."""
+    _check("mismatch", 2, name, env=(("MCCL_CHECK_COLLECTIVES", "all"), ("MCCL_NATIVE", "1")))

@@ -130,7 +130,7 @@ def _named_error(name, backend, tensors, exc):
     elif "preamble" in low or "size mismatch" in low or "mismatch" in low or "nbytes" in low:
         hint = (" (the ranks passed tensors of different shapes or dtypes"
                 + ("" if _check_collectives() or "Detected mismatch" in msg else
-                   "; set MCCL_CHECK_COLLECTIVES=1 for a cross-rank check before each collective") + ")")
+                   "; set MCCL_CHECK_COLLECTIVES=all for a cross-rank check before each collective") + ")")
     return MCCLError(f"mccl {name} failed on {where}, local tensors {_describe(tensors)}{hint}: {msg}")
 
 
@@ -282,16 +282,44 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
 
 _REDUCE_OPS = {int(v): _c10d.ReduceOp(v) for k, v in _c10d.ReduceOp.RedOpType.__members__.items()
                if k != "PREMUL_SUM"}
+_PREMUL_SUM = int(_c10d.ReduceOp.RedOpType.PREMUL_SUM)
 
 
 def _reduce_op(op, name):
-    """The pybind ReduceOp for the TorchScript one the dispatcher hands the kernels."""
+    """The pybind ReduceOp for the TorchScript one the dispatcher hands the kernels.
+
+    PREMUL_SUM (``torch.distributed._make_nccl_premul_sum(factor)``) maps to SUM: the
+    kernels scale each rank's input by :func:`_premul_factor` first.
+    """
     code = op.op()
+    if code == _PREMUL_SUM:
+        return _REDUCE_OPS[int(_c10d.ReduceOp.RedOpType.SUM)]
     try:
         return _REDUCE_OPS[code]
     except KeyError:
         raise MCCLError(f"mccl {name}: ReduceOp {_c10d.ReduceOp.RedOpType(code).name} is not supported "
-                        f"(mccl runs Gloo: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)") from None
+                        f"(mccl runs Gloo: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR, and PREMUL_SUM "
+                        f"as a scaled SUM)") from None
+
+
+def _premul_factor(op):
+    """The factor of a PREMUL_SUM ReduceOp (a float, or a 1-element tensor as a CPU tensor); else None."""
+    if op.op() != _PREMUL_SUM:
+        return None
+    try:
+        factor = torch.ops.mccl.premul_factor(op)  # the TorchScript ReduceOp does not expose it
+    except (AttributeError, RuntimeError) as exc:
+        raise MCCLError("mccl: ReduceOp.PREMUL_SUM needs the mccl C++ ops (csrc/mccl_ops.cpp): build "
+                        "torch_musa with them or set MCCL_NATIVE=1") from exc
+    if factor.dim() == 0 and factor.dtype == torch.float64 and factor.device.type == "cpu":
+        return factor.item()
+    return _a(factor) if factor.device.type == "musa" else factor
+
+
+def _scaled(t, factor):
+    """A CPU tensor holding ``t * factor`` (t's host alias untouched)."""
+    a = _a(t)
+    return torch.mul(a, factor.to(a.dtype) if isinstance(factor, torch.Tensor) else factor)
 
 
 def _backend(pg):
@@ -313,6 +341,108 @@ def _check_same(name, tensors, what="tensors"):
                 raise MCCLError(f"mccl {name}: {what} have different dtypes ({d0} vs {t.dtype})")
 
 
+# --------------------------------------------------------------------------- cross-rank check
+# Gloo itself does not check what the ranks pass: a rank that receives more bytes than it
+# expects aborts its process (gloo::EnforceNotMet in the transport thread: no exception to
+# catch), and tensors of the same byte size but different dtypes are reduced as garbage.
+# mccl therefore checks each collective signature (collective, op/root, shapes, dtypes) across
+# the ranks the first time this rank uses it on a group, through the group's store (a few store
+# round trips, once). Calls whose signature was verified before go straight to Gloo, so the
+# steady state (a training loop repeating its collectives) costs a set lookup.
+# MCCL_CHECK_COLLECTIVES: "first" (default) as above; "all"/"1": PyTorch's ProcessGroupWrapper
+# checks every call; "0"/"off": no check.
+_CHECK_LIMIT = 4096  # new signatures checked per group; later new ones go unchecked
+
+
+class _SigCheck:
+    __slots__ = ("store", "rank", "size", "timeout", "n", "ok")
+
+    def __init__(self, store, rank, size, timeout, group):
+        self.store = dist.PrefixStore(f"mccl_sig/{group}/", store)
+        self.rank, self.size, self.timeout = rank, size, timeout
+        self.n = 0
+        self.ok = set()
+
+
+_GROUPS: dict = {}
+
+
+def _check_mode() -> str:
+    v = os.environ.get("MCCL_CHECK_COLLECTIVES", "first").strip().lower()
+    if v in ("0", "false", "no", "off", "none"):
+        return "off"
+    if v in ("1", "true", "yes", "on", "all", "every"):
+        return "all"
+    return "first"
+
+
+def _sig_of(tensors, dtype_only=False):
+    out = []
+    for t in tensors:
+        if isinstance(t, (list, tuple)):
+            out.append(_sig_of(t, dtype_only))
+        elif dtype_only:
+            out.append(str(t.dtype).replace("torch.", ""))
+        else:
+            out.append(f"{tuple(t.shape)}:{str(t.dtype).replace('torch.', '')}")
+    return "[" + ", ".join(out) + "]"
+
+
+def _first_use_check(group, name, extra, tensors, dtype_only=False):
+    """Check ``name(extra) tensors`` across the ranks of ``group`` unless verified before.
+
+    Raises MCCLError on every rank when they disagree (naming each rank's collective, shapes and
+    dtypes). Called by the Python kernels and, on a miss of their own cache, by the C++ ones.
+    """
+    g = _GROUPS.get(group)
+    if g is None:
+        return
+    sig = f"{name}({extra}) {_sig_of(tensors, dtype_only)}"
+    if sig in g.ok or g.n >= _CHECK_LIMIT:
+        return
+    n = g.n
+    g.n += 1
+    st = g.store
+    keys = [f"{n}/{r}" for r in range(g.size)]
+    st.set(keys[g.rank], sig)
+    try:
+        st.wait(keys, g.timeout)
+    except Exception as exc:  # noqa: BLE001
+        try:
+            missing = [r for r, k in enumerate(keys) if not st.check([k])]
+        except Exception:  # noqa: BLE001
+            missing = "some"
+        raise MCCLError(
+            f"mccl {name} failed on rank {g.rank} of {g.size}: this rank calls {sig} for the first time and "
+            f"rank(s) {missing} did not reach the cross-rank shape/dtype check within the timeout: they are "
+            f"in a different collective, passed tensors of other shapes/dtypes they used before, or died "
+            f"(MCCL_CHECK_COLLECTIVES=all checks every call)") from exc
+    vals = [v.decode() for v in st.multi_get(keys)]
+    if st.add(f"{n}/read", 1) == g.size:  # the last reader cleans up
+        for k in keys + [f"{n}/read"]:
+            st.delete_key(k)
+    if any(v != sig for v in vals):
+        by_sig: dict = {}
+        for r, v in enumerate(vals):
+            by_sig.setdefault(v, []).append(r)
+        parts = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {','.join(map(str, rs))}: {v}"
+                          for v, rs in by_sig.items())
+        raise MCCLError(f"mccl {name} failed on rank {g.rank} of {g.size}: the ranks passed different "
+                        f"collectives or tensor shapes/dtypes: {parts}")
+    g.ok.add(sig)
+
+
+def _check(pg, name, extra, tensors, dtype_only=False):
+    """The Python kernels' entry: a set lookup once the signature was verified."""
+    if _GROUPS:
+        _first_use_check(_unbox_pg(pg).group_name, name, extra, tensors, dtype_only)
+
+
+def _op_name(reduce_op):
+    code = reduce_op.op()
+    return _c10d.ReduceOp.RedOpType(code).name
+
+
 # --------------------------------------------------------------------------- kernels
 _AR_OPTS: dict = {}
 
@@ -321,7 +451,14 @@ def _allreduce_(tensors, process_group, reduce_op, sparse_indices=None, async_op
     b = _backend(process_group)
     if sparse_indices is not None:
         raise MCCLError("mccl all_reduce: sparse musa tensors are not supported")
+    if _GROUPS:
+        _check(process_group, "all_reduce", _op_name(reduce_op), tensors)
     code = reduce_op.op()
+    if code == _PREMUL_SUM:
+        f = _premul_factor(reduce_op)
+        for t in tensors:
+            a = _a(t)
+            a.mul_(f.to(a.dtype) if isinstance(f, torch.Tensor) else f)
     key = (code, async_op, timeout)
     o = _AR_OPTS.get(key)
     if o is None:  # options are read-only to the backend: one per (op, async, timeout)
@@ -337,16 +474,22 @@ def _allreduce_(tensors, process_group, reduce_op, sparse_indices=None, async_op
 
 def _allreduce_coalesced_(tensors, process_group, reduce_op, async_op=True, timeout=-1):
     b = _backend(process_group)
+    _check(process_group, "all_reduce_coalesced", _op_name(reduce_op), tensors)
     o = _c10d.AllreduceCoalescedOptions()
     o.reduceOp = _reduce_op(reduce_op, "all_reduce_coalesced")
     o.asyncOp = async_op
     _timeout(o, timeout)
+    f = _premul_factor(reduce_op)
+    if f is not None:
+        for t in tensors:
+            _a(t).copy_(_scaled(t, f))
     w = b.allreduce_coalesced(_al(tensors), o)
     return _finish("all_reduce_coalesced", b, w, async_op, tensors, tensors)
 
 
 def _broadcast_(tensors, process_group, root_rank, root_tensor, async_op=True, timeout=-1):
     b = _backend(process_group)
+    _check(process_group, "broadcast", f"root={root_rank}", tensors)
     o = _c10d.BroadcastOptions()
     o.rootRank = root_rank
     o.rootTensor = root_tensor
@@ -358,12 +501,27 @@ def _broadcast_(tensors, process_group, root_rank, root_tensor, async_op=True, t
 
 def _reduce_(tensors, process_group, reduce_op, root_rank, root_tensor, async_op=True, timeout=-1):
     b = _backend(process_group)
+    _check(process_group, "reduce", f"{_op_name(reduce_op)}, root={root_rank}", tensors)
     o = _c10d.ReduceOptions()
     o.reduceOp = _reduce_op(reduce_op, "reduce")
     o.rootRank = root_rank
     o.rootTensor = root_tensor
     o.asyncOp = async_op
     _timeout(o, timeout)
+    f = _premul_factor(reduce_op)
+    if f is not None:  # inputs stay as they are (like nccl); the root gets the scaled sum
+        tmp = [_scaled(t, f) for t in tensors]
+        w = b.reduce(tmp, o)
+        if b.rank() == root_rank:
+            if not async_op:
+                done = _finish("reduce", b, w, async_op, tensors, tensors)
+                for t, x in zip(tensors, tmp):
+                    _a(t).copy_(x)
+                return done
+            fut = torch.futures.Future()
+            _completer.submit((_CopyBack(w, [_a(t) for t in tensors], tmp), fut, "reduce", b, tensors, tensors))
+            return _MusaWork(fut, "reduce").boxed()
+        return _finish("reduce", b, w, async_op, tensors, tensors)
     w = b.reduce(_al(tensors), o)
     return _finish("reduce", b, w, async_op, tensors, tensors)
 
@@ -375,6 +533,7 @@ def _allgather_(output_tensors, input_tensors, process_group, async_op=True, tim
     _timeout(o, timeout)
     for outs in output_tensors:
         _check_same("all_gather", list(outs) + list(input_tensors), "input and output tensors")
+    _check(process_group, "all_gather", "", [input_tensors, output_tensors])
     w = b.allgather(_all(output_tensors), _al(input_tensors), o)
     return output_tensors, _finish("all_gather", b, w, async_op, output_tensors, input_tensors)
 
@@ -409,6 +568,7 @@ def _allgather_base_(output_tensor, input_tensor, process_group, async_op=True, 
     o.asyncOp = async_op
     _timeout(o, timeout)
     _check_same("all_gather_into_tensor", [output_tensor, input_tensor], "input and output tensors")
+    _check(process_group, "all_gather_into_tensor", "", [input_tensor, output_tensor])
     w = b._allgather_base(_gather_out(output_tensor, input_tensor), _a(input_tensor), o)
     return output_tensor, _finish("all_gather_into_tensor", b, w, async_op, [output_tensor], [input_tensor])
 
@@ -442,7 +602,10 @@ def _reduce_scatter_(output_tensors, input_tensors, process_group, reduce_op, as
             if t.numel() != out.numel():
                 raise MCCLError(f"mccl reduce_scatter: every input must have the output's size "
                                 f"{tuple(out.shape)}, got {tuple(t.shape)}")
-    w = b.reduce_scatter(_al(output_tensors), _all(input_tensors), o)
+    _check(process_group, "reduce_scatter", _op_name(reduce_op), [output_tensors, input_tensors])
+    f = _premul_factor(reduce_op)
+    ins = _all(input_tensors) if f is None else [[_scaled(t, f) for t in ts] for ts in input_tensors]
+    w = b.reduce_scatter(_al(output_tensors), ins, o)
     return output_tensors, _finish("reduce_scatter", b, w, async_op, output_tensors, input_tensors, False)
 
 
@@ -453,7 +616,12 @@ def _reduce_scatter_base_(output_tensor, input_tensor, process_group, reduce_op,
     o.asyncOp = async_op
     _timeout(o, timeout)
     _check_same("reduce_scatter_tensor", [output_tensor, input_tensor], "input and output tensors")
-    w = b._reduce_scatter_base(_a(output_tensor), _reduce_scatter_in(input_tensor, output_tensor), o)
+    _check(process_group, "reduce_scatter_tensor", _op_name(reduce_op), [output_tensor, input_tensor])
+    inp = _reduce_scatter_in(input_tensor, output_tensor)
+    f = _premul_factor(reduce_op)
+    if f is not None:
+        inp = inp * (f.to(inp.dtype) if isinstance(f, torch.Tensor) else f)
+    w = b._reduce_scatter_base(_a(output_tensor), inp, o)
     return output_tensor, _finish("reduce_scatter_tensor", b, w, async_op, [output_tensor], [input_tensor],
                                   False)
 
@@ -464,7 +632,9 @@ def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op,
     o.reduceOp = _reduce_op(reduce_op, "reduce_scatter_tensor_coalesced")
     o.asyncOp = async_op
     _timeout(o, timeout)
-    ws = [b._reduce_scatter_base(_a(out), _a(inp), o) for out, inp in zip(outputs, inputs)]
+    f = _premul_factor(reduce_op)
+    ws = [b._reduce_scatter_base(_a(out), _a(inp) if f is None else _scaled(inp, f), o)
+          for out, inp in zip(outputs, inputs)]
     if async_op:
         fut = torch.futures.Future()
         _completer.submit((_Seq(ws), fut, "reduce_scatter_tensor_coalesced", b, inputs, outputs))
@@ -478,6 +648,7 @@ def _alltoall_(output_tensors, input_tensors, process_group, async_op=True, time
     o.asyncOp = async_op
     _timeout(o, timeout)
     _check_same("all_to_all", list(output_tensors) + list(input_tensors), "input and output tensors")
+    _check(process_group, "all_to_all", "", input_tensors, dtype_only=True)
     w = b.alltoall(_al(output_tensors), _al(input_tensors), o)
     return output_tensors, _finish("all_to_all", b, w, async_op, output_tensors, input_tensors)
 
@@ -489,12 +660,14 @@ def _alltoall_base_(output, input, process_group, output_split_sizes, input_spli
     o.asyncOp = async_op
     _timeout(o, timeout)
     _check_same("all_to_all_single", [output, input], "input and output tensors")
+    _check(process_group, "all_to_all_single", "", [input], dtype_only=True)
     w = b.alltoall_base(_a(output), _a(input), list(output_split_sizes), list(input_split_sizes), o)
     return _finish("all_to_all_single", b, w, async_op, [output], [input])
 
 
 def _gather_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
     b = _backend(process_group)
+    _check(process_group, "gather", f"root={root_rank}", input_tensors)
     o = _c10d.GatherOptions()
     o.rootRank = root_rank
     o.asyncOp = async_op
@@ -505,6 +678,7 @@ def _gather_(output_tensors, input_tensors, process_group, root_rank, async_op=T
 
 def _scatter_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
     b = _backend(process_group)
+    _check(process_group, "scatter", f"root={root_rank}", output_tensors)
     o = _c10d.ScatterOptions()
     o.rootRank = root_rank
     o.asyncOp = async_op
@@ -567,6 +741,19 @@ def _finish_many(name, backend, works, async_op, value, tensors):
     return _MusaWork(all_done.then(_cb), name).boxed()
 
 
+class _CopyBack:
+    """Waits on a work, then copies its CPU results into the (aliased) outputs."""
+
+    def __init__(self, work, dsts, srcs):
+        self.work, self.dsts, self.srcs = work, dsts, srcs
+
+    def wait(self):
+        self.work.wait()
+        for d, x in zip(self.dsts, self.srcs):
+            d.copy_(x)
+        return True
+
+
 class _Seq:
     def __init__(self, works):
         self.works = works
@@ -624,7 +811,17 @@ def _create_backend(dist_opts, backend_options=None):
         backend.options.group_name = dist_opts.group_id
     except Exception:  # noqa: BLE001  (informational fields)
         pass
-    if _check_collectives() and dist.get_debug_level() != dist.DebugLevel.DETAIL:
+    mode = _check_mode()
+    try:  # the C++ kernels skip even their set lookup when the check is off
+        torch.ops.mccl.set_first_use_check(mode == "first")
+    except (AttributeError, RuntimeError):
+        pass
+    _GROUPS.pop(dist_opts.group_id, None)
+    _forget_native(dist_opts.group_id)
+    if mode == "first" and dist_opts.group_size > 1 and dist.get_debug_level() != dist.DebugLevel.DETAIL:
+        _GROUPS[dist_opts.group_id] = _SigCheck(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+                                                timeout, dist_opts.group_id)
+    if mode == "all" and dist.get_debug_level() != dist.DebugLevel.DETAIL:
         # Cross-rank fingerprint check (op, shapes, dtypes) before every collective: PyTorch's
         # ProcessGroupWrapper, which TORCH_DISTRIBUTED_DEBUG=DETAIL also installs (then not twice).
         from torch.distributed.distributed_c10d import _create_process_group_wrapper
@@ -636,7 +833,16 @@ def _create_backend(dist_opts, backend_options=None):
 
 
 def _check_collectives() -> bool:
-    return os.environ.get("MCCL_CHECK_COLLECTIVES", "0").lower() not in ("", "0", "false", "no", "off")
+    """True when every collective is checked across ranks (MCCL_CHECK_COLLECTIVES=all)."""
+    return _check_mode() == "all"
+
+
+def _forget_native(group):
+    """Drop the C++ kernels' verified signatures of a group name being (re)created."""
+    try:
+        torch.ops.mccl.forget_group(group)
+    except (AttributeError, RuntimeError):
+        pass
 
 
 _USER_NAMES = {

@@ -13,9 +13,13 @@
 #include <torch/library.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/utils/pybind.h>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace {
@@ -77,6 +81,116 @@ std::string hint(const std::string& msg) {
                                 at::TensorList ts, const std::string& msg) {
   TORCH_CHECK(false, "mccl ", name, " failed on rank ", b->getRank(), " of ", b->getSize(),
               ", local tensors ", describe(ts), hint(msg), ": ", msg);
+}
+
+// ---------------------------------------------------------------- cross-rank check
+// Gloo aborts a process that receives more bytes than it posted and silently mixes
+// dtypes of the same byte size, so a signature (collective, op/root, shapes, dtypes)
+// is checked across the ranks the first time it is used on a group. The check itself
+// lives in Python (torch_musa.distributed.mccl._first_use_check, through the group's
+// store); here a set of verified signatures keeps the steady state at one lookup.
+std::mutex g_verified_mu;
+std::unordered_set<std::string> g_verified;
+std::atomic<bool> g_check_on{true};  // MCCL_CHECK_COLLECTIVES=off clears it (mccl.install)
+
+void set_first_use_check(bool on) { g_check_on.store(on); }
+
+void append_sig(std::string& key, at::TensorList ts) {
+  for (const auto& t : ts) {
+    key += '[';
+    for (auto d : t.sizes()) {
+      key += std::to_string(d);
+      key += ',';
+    }
+    key += c10::toString(t.scalar_type());
+    key += ']';
+  }
+}
+
+void check_signature(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const char* name,
+                     const std::string& extra, at::TensorList first, at::TensorList second = {}) {
+  if (!g_check_on.load(std::memory_order_relaxed) || pg->getSize() < 2) return;
+  const std::string& group = pg->getGroupName();
+  std::string key;
+  key.reserve(96);
+  key += group;
+  key += '\x1f';
+  key += name;
+  key += '(';
+  key += extra;
+  key += ')';
+  append_sig(key, first);
+  key += '|';
+  append_sig(key, second);
+  {
+    std::lock_guard<std::mutex> lock(g_verified_mu);
+    if (g_verified.count(key)) return;
+  }
+  {
+    pybind11::gil_scoped_acquire gil;
+    try {
+      std::vector<at::Tensor> ts(first.begin(), first.end());
+      ts.insert(ts.end(), second.begin(), second.end());
+      pybind11::module_::import("torch_musa.distributed.mccl")
+          .attr("_first_use_check")(group, name, extra, ts);
+    } catch (pybind11::error_already_set& e) {
+      std::string msg = pybind11::str(e.value());
+      TORCH_CHECK(false, msg);
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_verified_mu);
+  if (g_verified.size() < 65536) g_verified.insert(std::move(key));
+}
+
+void forget_group(std::string group) {
+  group += '\x1f';
+  std::lock_guard<std::mutex> lock(g_verified_mu);
+  for (auto it = g_verified.begin(); it != g_verified.end();) {
+    if (it->compare(0, group.size(), group) == 0)
+      it = g_verified.erase(it);
+    else
+      ++it;
+  }
+}
+
+const char* op_name(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+
+// PREMUL_SUM (torch.distributed._make_nccl_premul_sum(factor)): Gloo has no such op, so
+// the input is scaled by the factor and the ranks SUM. `t` is a host alias.
+at::Tensor premul(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) {
+  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(s != nullptr, "mccl: PREMUL_SUM without a factor");
+  if (s->tensor_factor.defined()) {
+    auto f = host_view(s->tensor_factor).to(t.scalar_type());
+    return in_place ? t.mul_(f) : t.mul(f);
+  }
+  return in_place ? t.mul_(s->double_factor) : t.mul(s->double_factor);
+}
+
+// The factor of a PREMUL_SUM ReduceOp for the Python kernels (the TorchScript ReduceOp
+// does not expose it): the 1-element tensor factor, or a 0-dim double tensor.
+at::Tensor premul_factor(const c10::intrusive_ptr<c10d::ReduceOp>& op) {
+  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op->supplement_.get());
+  TORCH_CHECK(op->op_ == c10d::ReduceOp::PREMUL_SUM && s != nullptr, "mccl: not a PREMUL_SUM ReduceOp");
+  if (s->tensor_factor.defined()) return s->tensor_factor;
+  return at::scalar_tensor(s->double_factor, at::kDouble);
+}
+
+c10d::ReduceOp gloo_op(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
 }
 
 // Work of an asynchronous collective: waits on the Gloo work (errors named),
@@ -204,8 +318,11 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> allreduce_musa(
     bool async_op, int64_t timeout) {
   TORCH_CHECK(!sparse.has_value(), "mccl all_reduce: sparse musa tensors are not supported");
   auto b = musa_backend(pg);
+  check_signature(pg, "all_reduce", op_name(*op), tensors);
   auto a = aliases(tensors);
-  c10d::AllreduceOptions o{*op, std::chrono::milliseconds(timeout), async_op};
+  if (op->op_ == c10d::ReduceOp::PREMUL_SUM)
+    for (auto& t : a) premul(t, *op, /*in_place=*/true);
+  c10d::AllreduceOptions o{gloo_op(*op), std::chrono::milliseconds(timeout), async_op};
   c10::intrusive_ptr<Work> w;
   try {
     w = b->allreduce(a, o);
@@ -220,6 +337,7 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> broadcast_musa(
     at::TensorList tensors, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t root_rank,
     int64_t root_tensor, bool async_op, int64_t timeout) {
   auto b = musa_backend(pg);
+  check_signature(pg, "broadcast", "root=" + std::to_string(root_rank), tensors);
   auto a = aliases(tensors);
   c10d::BroadcastOptions o{root_rank, root_tensor, std::chrono::milliseconds(timeout), async_op};
   c10::intrusive_ptr<Work> w;
@@ -251,6 +369,7 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> allgather_base_musa(
               "mccl all_gather_into_tensor: input and output tensors have different dtypes (",
               output.scalar_type(), " vs ", input.scalar_type(), ")");
   auto b = musa_backend(pg);
+  check_signature(pg, "all_gather_into_tensor", "", {input, output});
   auto ao = gather_shape(output, input);
   auto ai = host_view(input);
   c10d::AllgatherOptions o{std::chrono::milliseconds(timeout), async_op};
@@ -271,9 +390,11 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> reduce_scatter_base_musa(
               "mccl reduce_scatter_tensor: input and output tensors have different dtypes (",
               output.scalar_type(), " vs ", input.scalar_type(), ")");
   auto b = musa_backend(pg);
+  check_signature(pg, "reduce_scatter_tensor", op_name(*op), {output, input});
   auto ai = gather_shape(input, output);
+  if (op->op_ == c10d::ReduceOp::PREMUL_SUM) ai = premul(ai, *op, /*in_place=*/false);
   auto ao = host_view(output);
-  c10d::ReduceScatterOptions o{*op, std::chrono::milliseconds(timeout), async_op};
+  c10d::ReduceScatterOptions o{gloo_op(*op), std::chrono::milliseconds(timeout), async_op};
   c10::intrusive_ptr<Work> w;
   try {
     w = b->_reduce_scatter_base(ao, ai, o);
@@ -292,6 +413,9 @@ std::vector<std::string> native_ops() {
 
 TORCH_LIBRARY(mccl, m) {
   m.def("native_ops() -> str[]", &native_ops);
+  m.def("forget_group(str group) -> ()", &forget_group);
+  m.def("set_first_use_check(bool on) -> ()", &set_first_use_check);
+  m.def("premul_factor(__torch__.torch.classes.c10d.ReduceOp op) -> Tensor", &premul_factor);
 }
 
 namespace {
