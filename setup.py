@@ -48,11 +48,11 @@ setup(
             sources,
             include_dirs=[os.path.join(HERE, csrc)],
             define_macros=macros,
-            # Not -fvisibility=hidden: with some libstdc++ versions a hidden,
-            # locally instantiated iostream facet id crashes the first c10::str
-            # (seen with torch 2.11 on the GPU machine). Direct intra-module
-            # calls come from -fno-semantic-interposition instead.
-            extra_compile_args={"cxx": ["-O2", "-g0", "-std=c++20", "-fno-semantic-interposition"]},
+            # The C++ standard is the one torch itself was built with (torch's
+            # build helpers pass it: C++20 for 2.13, C++17 for 2.11); forcing
+            # another mismatches c10's inline code and crashed the first
+            # c10::str on the GPU machine.
+            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden"]},
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},

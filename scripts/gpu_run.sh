@@ -14,6 +14,8 @@ RESULTS=${RESULTS:-benchmarks/results}
 STAGES=${STAGES:-build tests bench}
 mkdir -p "$RESULTS"
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
+# Deterministic cuBLAS for the parity tests (read when cuBLAS starts).
+export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
 status=0
 
 if [[ " $STAGES " == *" build "* ]]; then

@@ -217,6 +217,13 @@ def register() -> None:
     global _installed
     if _installed:
         return
+    from torch_musa import _state
+
+    if _state.driver == "cuda":  # the GPU's own kernels instead (attention/gpu.py)
+        from torch_musa.attention import gpu
+
+        gpu.register()
+        return
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("_fused_sdp_choice", _fused_sdp_choice, "PrivateUse1")
     lib.impl("_scaled_dot_product_fused_attention_overrideable", _flash_forward_op, "PrivateUse1")

@@ -22,23 +22,45 @@ def _needs_grad(*ts) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
+def _float_mask(mask, dtype):
+    # A boolean mask becomes an additive one, as PyTorch does before its kernels.
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    zero = torch.zeros((), dtype=dtype, device=mask.device)
+    return torch.where(mask.logical_not(), float("-inf"), zero)
+
+
+def _efficient_bias(mask, query, key):
+    # The memory-efficient kernel wants a 16-aligned bias: pad, slice back, expand.
+    aligned = mask.stride(-1) == 1 and all(s % 16 == 0 for s in mask.stride()[:-1])
+    if not aligned:
+        n = mask.size(-1)
+        mask = torch.nn.functional.pad(mask, (0, 16 - n % 16))[..., :n]
+    return mask.expand(query.size(0), query.size(1), query.size(2), key.size(2))
+
+
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     aten = torch.ops.aten
-    choice = aten._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal,
+    mask = _float_mask(attn_mask, query.dtype)
+    choice = aten._fused_sdp_choice(query, key, value, mask, dropout_p, is_causal,
                                     scale=scale, enable_gqa=enable_gqa)
-    heads_aligned = all(t.size(-1) % 8 == 0 for t in (query, key, value))
-    if choice == FLASH and heads_aligned and attn_mask is None:
-        return aten._scaled_dot_product_flash_attention(
-            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-    if choice == EFFICIENT and attn_mask is None:
+    grad = _needs_grad(query, key, value)
+    if choice == FLASH:
+        head = query.size(-1)
+        pad = (8 - head % 8) % 8
+        q, k, v = ((torch.nn.functional.pad(t, (0, pad)) if pad else t) for t in (query, key, value))
+        out = aten._scaled_dot_product_flash_attention(
+            q, k, v, dropout_p, is_causal, False,
+            scale=scale if scale is not None else head ** -0.5)[0]
+        return out[..., :head] if pad else out
+    if choice == EFFICIENT:
+        bias = None if mask is None else _efficient_bias(mask, query, key)
         return aten._scaled_dot_product_efficient_attention(
-            query, key, value, None, _needs_grad(query, key, value), dropout_p, is_causal,
-            scale=scale)[0]
-    if choice == CUDNN and attn_mask is None:
+            query, key, value, bias, grad, dropout_p, is_causal, scale=scale)[0]
+    if choice == CUDNN:
         return aten._scaled_dot_product_cudnn_attention(
-            query, key, value, None, _needs_grad(query, key, value), dropout_p, is_causal,
-            False, scale=scale)[0]
+            query, key, value, mask, grad, dropout_p, is_causal, False, scale=scale)[0]
     return aten._scaled_dot_product_attention_math(
         query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
         enable_gqa=enable_gqa)[0]

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
 #include <torch/library.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
@@ -168,10 +169,17 @@ const char* op_name(const c10d::ReduceOp& op) {
   }
 }
 
+// torch 2.13 renamed the supplement that carries the PREMUL_SUM factor.
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+using PreMulSum = c10d::NCCLPreMulSumSupplement;
+#else
+using PreMulSum = c10d::PreMulSumSupplement;
+#endif
+
 // PREMUL_SUM (torch.distributed._make_nccl_premul_sum(factor)): Gloo has no such op, so
 // the input is scaled by the factor and the ranks SUM. `t` is a host alias.
 at::Tensor premul(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) {
-  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  auto* s = dynamic_cast<PreMulSum*>(op.supplement_.get());
   TORCH_CHECK(s != nullptr, "mccl: PREMUL_SUM without a factor");
   if (s->tensor_factor.defined()) {
     auto f = host_view(s->tensor_factor).to(t.scalar_type());
@@ -183,7 +191,7 @@ at::Tensor premul(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) 
 // The factor of a PREMUL_SUM ReduceOp for the Python kernels (the TorchScript ReduceOp
 // does not expose it): the 1-element tensor factor, or a 0-dim double tensor.
 at::Tensor premul_factor(const c10::intrusive_ptr<c10d::ReduceOp>& op) {
-  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op->supplement_.get());
+  auto* s = dynamic_cast<PreMulSum*>(op->supplement_.get());
   TORCH_CHECK(op->op_ == c10d::ReduceOp::PREMUL_SUM && s != nullptr, "mccl: not a PREMUL_SUM ReduceOp");
   if (s->tensor_factor.defined()) return s->tensor_factor;
   return at::scalar_tensor(s->double_factor, at::kDouble);
