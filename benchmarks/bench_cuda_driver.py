@@ -131,6 +131,8 @@ def cuda_worker(batch: int, seq: int, steps: int) -> int:
 
     Answers each line on stdin: 'warmup' with the loss, 'round' with seconds per step.
     """
+    # transformers imports torch_musa whenever it is installed; hide it here.
+    sys.modules["torch_musa"] = None
     step = gpt2_step("cuda", batch, seq)
     for line in sys.stdin:
         if line.strip() == "warmup":
