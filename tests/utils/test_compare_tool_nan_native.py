@@ -15,7 +15,7 @@ DEV = "musa"
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64,
                                    torch.complex64])
 def test_scan_tells_finite_inf_and_nan(dtype):
-    for n in (1, 7, 1000, 300_000):                  # the last one takes the parallel reduce
+    for n in (1, 7, 1000, 300_000):
         x = torch.randn(n, dtype=dtype) * 1000
         assert _C._nan_check_scan(x) == 0
         for where in (0, n // 2, n - 1):
@@ -32,6 +32,16 @@ def test_scan_tells_finite_inf_and_nan(dtype):
     assert _C._nan_check_scan(m.t()) == 2            # dense, not contiguous
     assert _C._nan_check_scan(m[:3, ::2]) == 0       # strided view: the NaN is outside it
     assert _C._nan_check_scan(m.to(DEV)[3]) == 2
+
+
+def test_scan_of_a_large_tensor_in_parallel():
+    n = (1 << 24) + 3                                # above the one-thread limit
+    x = torch.zeros(n)
+    assert _C._nan_check_scan(x) == 0
+    x[n - 2] = float("-inf")
+    assert _C._nan_check_scan(x) == 1
+    x[1] = float("nan")
+    assert _C._nan_check_scan(x) == 2
 
 
 def _planted(shift):

@@ -54,11 +54,13 @@ template <class U>
 int scan_bits(const void* data, int64_t n, U mask, U inf) {
   const U* p = static_cast<const U*>(data);
   bool hit;
-  if (n < (int64_t(1) << 20)) {
+  // one thread up to 16M elements: the pass runs at memory speed, and waking the
+  // pool costs more than it saves on a host busy with the kernels themselves
+  if (n < (int64_t(1) << 24)) {
     hit = any_exp_ones(p, n, inf);
   } else {
     hit = at::parallel_reduce(
-        0, n, int64_t(1) << 18, false,
+        0, n, int64_t(1) << 22, false,
         [&](int64_t b, int64_t e, bool acc) { return acc || any_exp_ones(p + b, e - b, inf); },
         [](bool a, bool b) { return a || b; });
   }
