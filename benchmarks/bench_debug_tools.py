@@ -4,7 +4,11 @@ Modes, per model (the transformer LM and the CNN of examples/debug_tools.py):
   off                 plain training step
   dispatch only       an empty TorchDispatchMode: the floor any dispatch-level
                       tool pays (Python entered once per aten op)
-  nan                 NanInfTracker (device-side flags, one read per step)
+  nan                 NanInfTracker as it runs by default (on musa: checked in the
+                      C++ op path, no Python per op; elsewhere: the dispatch mode)
+  nan dispatch        NanInfTracker(backend="python"): the dispatch mode on every
+                      device (device-side flags, one read per step) - the musa
+                      path before the native check
   nan+modules         NanInfTracker with open_module_tracker (module paths)
   nan sync/op         NanInfTracker(check_every=1): a host read after every op,
                       the way torch_musa's tracker checks
@@ -96,6 +100,8 @@ def time_mode(mode: str, model, step, steps: int, device: str) -> float:
         tool = _Empty()
     elif mode in ("nan", "nan+modules"):
         tool = NanInfTracker(verbose=False)
+    elif mode == "nan dispatch":
+        tool = NanInfTracker(verbose=False, backend="python")
     elif mode == "nan sync/op":
         tool = NanInfTracker(check_every=1, verbose=False)
     elif mode == "compare":
@@ -137,7 +143,7 @@ def main(argv=None):
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.threads:
         torch.set_num_threads(args.threads)
-    modes = ["off", "dispatch only", "nan", "nan+modules", "nan sync/op"] + (
+    modes = ["off", "dispatch only", "nan", "nan dispatch", "nan+modules", "nan sync/op"] + (
         [] if args.no_compare else ["compare"])
     results = {}
     for name in args.models.split(","):

@@ -172,17 +172,40 @@ inline c10::IValue debug_value(const std::optional<at::Tensor>& t) {
   return t ? c10::IValue(*t) : c10::IValue();
 }
 inline c10::IValue debug_value(const std::vector<at::Tensor>& ts) { return ts; }
+inline c10::IValue debug_value(at::TensorList ts) { return ts.vec(); }
+inline c10::IValue debug_value(const at::ITensorListRef& ts) {
+  std::vector<at::Tensor> v;
+  for (const at::Tensor& t : ts) v.push_back(t);
+  return v;
+}
+inline c10::IValue debug_value(const c10::List<std::optional<at::Tensor>>& ts) { return ts; }
+// Scalars, for hooks that tell a deliberate Inf (masked_fill(m, -inf)) from a computed one.
+inline c10::IValue debug_value(const at::Scalar& s) { return s; }
+inline c10::IValue debug_value(const std::optional<at::Scalar>& s) {
+  return s ? c10::IValue(*s) : c10::IValue();
+}
+inline c10::IValue debug_value(double d) { return d; }
 template <class... Ts> c10::IValue debug_value(const std::tuple<Ts...>& t) {
   std::vector<c10::IValue> out;
   std::apply([&](const auto&... e) { (out.push_back(debug_value(e)), ...); }, t);
   return c10::ivalue::Tuple::create(std::move(out));
 }
 
-template <class Op, class Sig = typename Op::schema, bool Guard = true>
+// The name the op hook reports: "aten::log" + "default" style parts of `Named`
+// (the op the caller dispatched: a structured functional or in-place variant is
+// served by its out kernel `Op`, but hooks see the caller's op).
+template <class Named> std::string hook_name() {
+  std::string s = Named::name;
+  const char* o = Named::overload_name;
+  if (o && *o) s += std::string(".") + o;
+  return s;
+}
+
+template <class Op, class Sig = typename Op::schema, bool Guard = true, class Named = Op>
 struct HostKernel;
 
-template <class Op, class Ret, class... Args, bool Guard>
-struct HostKernel<Op, Ret(Args...), Guard> {
+template <class Op, class Ret, class... Args, bool Guard, class Named>
+struct HostKernel<Op, Ret(Args...), Guard, Named> {
   static Ret call(Args... args) {
     HostCall c(Op::name, Op::overload_name);
     (see(c, args), ...);
@@ -200,7 +223,7 @@ struct HostKernel<Op, Ret(Args...), Guard> {
         std::apply([](auto&... a) { Op::redispatch(cpu_keys(), a.get()...); }, host);
       }
       c.sync_written();
-      if (C10_UNLIKELY(hook)) hook(c.op_name().c_str(), debug_args, {});
+      if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), debug_args, {});
     } else {
       auto run = [&]() -> Ret {
         HostKernelScope scope(device);
@@ -212,11 +235,11 @@ struct HostKernel<Op, Ret(Args...), Guard> {
       res.count_all(r);
       if constexpr (std::is_reference_v<Ret>) {
         Ret out = MapResult<Ret>::run(res, r);
-        if (C10_UNLIKELY(hook)) hook(c.op_name().c_str(), debug_args, {debug_value(out)});
+        if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), debug_args, {debug_value(out)});
         return out;
       } else {
         Ret out = MapResult<Ret>::run(res, std::move(r));
-        if (C10_UNLIKELY(hook)) hook(c.op_name().c_str(), debug_args, {debug_value(out)});
+        if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), debug_args, {debug_value(out)});
         return out;
       }
     }

@@ -5,6 +5,7 @@
 #include "generator.h"
 #include "host_alias.h"
 #include "host_call.h"
+#include "nan_check.h"
 #include "runtime.h"
 
 #include <torch/csrc/Generator.h>
@@ -13,6 +14,7 @@
 
 namespace torch_musa {
 void register_device();
+void init_nan_check(pybind11::module_& m);
 }
 
 namespace {
@@ -68,13 +70,24 @@ void call_debug_callback(const char* op, const std::vector<c10::IValue>& args,
   g_debug_callback(op, a, r);
 }
 
+std::atomic<bool> g_debug_on{false};
+
+// Both hooks on: the NaN check first (it reads the outputs as the kernel left them).
+void nan_check_then_debug(const char* op, const std::vector<c10::IValue>& args,
+                          const std::vector<c10::IValue>& results) {
+  nan_check_op(op, args, results);
+  if (g_debug_on.load(std::memory_order_relaxed)) call_debug_callback(op, args, results);
+}
+
 void set_debug_callback(py::object fn) {
   if (fn.is_none()) {
-    set_debug_hook(nullptr);
+    g_debug_on = false;
+    update_op_hook();
     g_debug_callback = py::object();
   } else {
     g_debug_callback = std::move(fn);
-    set_debug_hook(&call_debug_callback);
+    g_debug_on = true;
+    update_op_hook();
   }
 }
 
@@ -102,6 +115,16 @@ py::list snapshot() {
 }
 
 }  // namespace
+
+namespace torch_musa {
+void update_op_hook() {
+  const bool nan = nan_check_armed(), dbg = g_debug_on.load();
+  set_debug_hook(nan && dbg ? &nan_check_then_debug
+                 : nan      ? &nan_check_op
+                 : dbg      ? &call_debug_callback
+                            : nullptr);
+}
+}  // namespace torch_musa
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_musa runtime core";
@@ -152,4 +175,5 @@ PYBIND11_MODULE(_C, m) {
     return host_alias(t);
   });
   m.def("_register_fallback_ops", &register_fallback_for);
+  init_nan_check(m);
 }

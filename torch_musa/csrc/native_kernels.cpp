@@ -4,6 +4,7 @@
 #include "allocator.h"
 #include "generator.h"
 #include "host_alias.h"
+#include "nan_check.h"
 #include "runtime.h"
 
 #include <ATen/EmptyTensor.h>
@@ -128,6 +129,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
   out.copy_(src, non_blocking);
+  if (C10_UNLIKELY(nan_check_armed()))  // NaN/Inf entering musa from a CPU tensor
+    nan_check_op("aten::_copy_from", {self, dst}, {dst});
   return dst;
 }
 
@@ -176,7 +179,11 @@ at::Tensor convolution_overrideable(
                                                : std::nullopt,
                                    stride, padding, dilation, transposed,
                                    output_padding, groups);
-  return to_device(out, d);
+  at::Tensor result = to_device(out, d);
+  if (C10_UNLIKELY(nan_check_armed()))
+    nan_check_op("aten::convolution_overrideable",
+                 {input, weight, b.defined() ? c10::IValue(b) : c10::IValue()}, {result});
+  return result;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
@@ -194,7 +201,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
       on_host(grad_output), on_host(input), on_host(weight),
       bias_sizes ? at::OptionalIntArrayRef(*bias_sizes) : std::nullopt, stride,
       padding, dilation, transposed, output_padding, groups, output_mask);
-  return {to_device(gi, d), to_device(gw, d), to_device(gb, d)};
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result{to_device(gi, d), to_device(gw, d),
+                                                         to_device(gb, d)};
+  if (C10_UNLIKELY(nan_check_armed()))
+    nan_check_op("aten::convolution_backward_overrideable", {grad_output, input, weight},
+                 {std::get<0>(result), std::get<1>(result), std::get<2>(result)});
+  return result;
 }
 
 void record_stream(at::Tensor& self, c10::Stream stream) {

@@ -38,7 +38,7 @@ struct MetaThenOut<Functional, Out, Guard, at::Tensor(Args...)> {
     at::Tensor out = at::empty_strided(
         meta.sizes(), meta.strides(),
         meta.options().device(c10::Device(c10::DeviceType::PrivateUse1, device)));
-    HostKernel<Out, typename Out::schema, Guard>::call(args..., out);
+    HostKernel<Out, typename Out::schema, Guard, Functional>::call(args..., out);
     return out;
   }
 };
@@ -58,7 +58,7 @@ struct InPlaceViaOut<InPlace, Out, Guard, at::Tensor&(Self, Rest...)> {
     TORCH_CHECK(meta_self.sizes() == self.sizes(), "output with shape ", self.sizes(),
                 " doesn't match the broadcast shape ", meta_self.sizes(), " (",
                 InPlace::name, ".", InPlace::overload_name, ")");
-    HostKernel<Out, typename Out::schema, Guard>::call(self, rest..., self);
+    HostKernel<Out, typename Out::schema, Guard, InPlace>::call(self, rest..., self);
     return self;
   }
 };

@@ -255,21 +255,43 @@ class _WindowedMode(TorchDispatchMode):
         self._jsonl_file = None
         self.is_active = False
         self._depth = 0
+        self._pushed: list[bool] = []     # per open context: whether it pushed the dispatch mode
         self.update_active_state()
 
     # -- context (re-entrant: only the outermost exit finishes the run)
     def __enter__(self):
         self._depth += 1
         self._open_files()
-        super().__enter__()
+        if self._depth == 1 and self.enabled and self.rank_enabled:
+            self._on_outermost_enter()
+        push = self._wants_dispatch_mode()
+        if push:
+            super().__enter__()
+        self._pushed.append(push)
         return self
 
     def __exit__(self, exc_type, exc_val, exc_tb):
-        r = super().__exit__(exc_type, exc_val, exc_tb)
+        r = None
+        if self._pushed.pop():
+            r = super().__exit__(exc_type, exc_val, exc_tb)
         self._depth -= 1
         if self._depth == 0 and self.enabled and self.rank_enabled:
             self._on_outermost_exit(exc_type)
         return r
+
+    def _push_dispatch_mode_now(self) -> None:
+        """Start seeing ops through the dispatch mode inside an open context (from step())."""
+        if self._pushed and not self._pushed[-1]:
+            TorchDispatchMode.__enter__(self)
+            self._pushed[-1] = True
+
+    def _wants_dispatch_mode(self) -> bool:
+        """Whether ops are seen through the Python dispatch mode (NanInfTracker's
+        native path on musa sees them in C++ instead)."""
+        return True
+
+    def _on_outermost_enter(self) -> None:
+        """Called when the outermost context opens; the tools may override it."""
 
     def _on_outermost_exit(self, exc_type) -> None:
         """Reports and closes files; the tools override it."""

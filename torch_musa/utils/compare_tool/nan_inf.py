@@ -22,6 +22,19 @@ walked op by op:
 ``check_every=1`` (or ``dump_error_data=True``) checks synchronously after every
 op, like torch_musa's tracker; with ``dump_error_data`` the producing op's inputs
 are saved for ``nan_inf_track_for_single_op`` and the run stops.
+
+On musa (``backend="native"``, what ``"auto"`` picks when the musa runtime is in
+use and CUDA is not) no Python runs per op: the musa op path checks each op's
+floating outputs in C++ right after its host kernel (one bit-max pass; the kernels
+run synchronously on the host, so no extra synchronisation), keeps the set of
+storages that hold NaN/Inf and classifies the same four kinds there. Only an op
+that produces NaN/Inf calls back into Python (``_native_event``), at the op, where
+the module path, phase, grad_fn and source line are read as in the dispatch mode.
+Counts are read at each ``step()`` and every ``check_every`` ops. Ops on other
+devices are not seen on this path (NaN/Inf entering musa from a CPU tensor is
+reported at the copy); ``backend="python"`` sees every device. If a tracked step
+runs no musa op at all, the tracker switches to the dispatch mode for the rest of
+the run.
 """
 from __future__ import annotations
 
@@ -54,6 +67,19 @@ NAN_SKIP = [
     "aten.sym_numel", "aten.sym_storage_offset", "profiler._record_function_enter_new",
     "profiler._record_function_exit", "aten._record_function_enter_new", "c10d.barrier",
 ]
+
+
+_KINDS = ("origin", "entered", "downstream", "explicit")
+_NATIVE_OWNER = None          # the tracker whose C++ hook is armed (one at a time)
+
+
+def _musa_c():
+    """torch_musa's extension when it has the native NaN/Inf check, else None."""
+    try:
+        from torch_musa import _C
+    except Exception:  # noqa: BLE001 - no musa build (e.g. the tools on a CUDA machine)
+        return None
+    return _C if hasattr(_C, "_nan_check_arm") else None
 
 
 _Tensor = torch.Tensor
@@ -131,7 +157,12 @@ class NanInfTracker(_WindowedMode):
     def __init__(self, enabled=True, target_list=None, white_list=None, enable_ranks=None,
                  should_log_to_file=False, output_dir=None, dump_error_data=False, start_step=0,
                  end_step=None, *, check_every=1024, verbose=True, raise_on_error=None,
-                 source_lines=True, max_printed=10, batch=64) -> None:
+                 source_lines=True, max_printed=10, batch=64, backend="auto") -> None:
+        if backend not in ("auto", "python", "native"):
+            raise ValueError(f"backend must be 'auto', 'python' or 'native', got {backend!r}")
+        self.backend = backend
+        self._native = False            # this run checks ops in musa's C++ op path
+        self._armed = False
         super().__init__(enabled, target_list, white_list, enable_ranks, should_log_to_file,
                          output_dir, start_step, end_step, verbose)
         self.white_list = OpSet(list(NAN_SKIP) + list(white_list or []))
@@ -158,9 +189,153 @@ class NanInfTracker(_WindowedMode):
         self.max_events = 100
         self._printed = 0
         self.dumped: list[str] = []
+        self._native_names: dict = {}
+        self.first_offender = None      # native path: {op, seq, step, kind} of the first report
+
+    # ------------------------------------------------------------------ native path (musa)
+    def _choose_native(self) -> bool:
+        C = _musa_c()
+        why = None
+        if C is None:
+            why = "torch_musa's extension has no native NaN/Inf check"
+        elif self.dump_error_data or self.check_every == 1:
+            why = "dump_error_data / check_every=1 need the per-op dispatch mode"
+        elif _NATIVE_OWNER is not None and _NATIVE_OWNER is not self:
+            why = "another NanInfTracker holds the native check"
+        elif getattr(C, "_driver_name", lambda: "host")() != "host":
+            why = "the native check reads host memory (host driver only)"
+        if self.backend == "python":
+            return False
+        if why is not None:
+            if self.backend == "native":
+                raise ValueError(f"NanInfTracker(backend='native'): {why}")
+            return False
+        if self.backend == "native":
+            return True
+        return bool(C._is_initialized()) and not torch.cuda.is_initialized()
+
+    def _wants_dispatch_mode(self) -> bool:
+        return not self._native
+
+    def _on_outermost_enter(self):
+        self._native = self._choose_native()
+        if self._native:
+            _musa_c()._nan_check_release()
+            self._set_armed(self.is_active, reset=True)
+
+    def _budget(self) -> int:
+        return 50 if self._jsonl_file is not None else 0
+
+    def _set_armed(self, on: bool, reset: bool = False) -> None:
+        global _NATIVE_OWNER
+        C = _musa_c()
+        if on and not self._armed:
+            C._nan_check_arm(self, self.check_every, self._budget(), self.step_cnt, reset)
+            self._armed = True
+            _NATIVE_OWNER = self
+        elif not on and self._armed:
+            self._native_take()
+            C._nan_check_disarm()
+            self._armed = False
+        if not self._armed and _NATIVE_OWNER is self:
+            _NATIVE_OWNER = None
+
+    def _native_take(self, step: int = -1) -> bool:
+        """Add the counts of the C++ check since the last read; True if nothing new was reported."""
+        if not self._armed:
+            return True
+        C = _musa_c()
+        d = C._nan_check_take(self._budget(), step)
+        self._native_seen += d["seen"]
+        c = self.counts
+        if d["checked"]:
+            c["checked"] += d["checked"]
+            c["checks"] += 1
+        for k in _KINDS:
+            c[k] += d[k]
+        if self.first_offender is None:
+            self.first_offender = C._nan_check_first()
+        return not (d["origin"] or d["entered"])
+
+    _native_seen = 0
+
+    def update_active_state(self) -> None:
+        super().update_active_state()
+        if self._native and self._depth > 0:
+            if self.is_active and self._armed:
+                self._native_take(self.step_cnt)
+            else:
+                self._set_armed(self.is_active)
+
+    def _native_skip(self, name: str) -> bool:
+        """Called by C++ once per op name: is the op unwatched (white/target lists)?"""
+        info = self._native_info(name)
+        return info is None or info.skip
+
+    def _native_info(self, name: str):
+        if name in self._native_names:
+            return self._native_names[name]
+        info = None
+        ns, _, rest = name.partition(".")
+        base, _, overload = rest.rpartition(".")
+        try:
+            func = getattr(getattr(getattr(torch.ops, ns), base), overload)
+            info = self._make_info(func)
+        except (AttributeError, RuntimeError):
+            pass
+        self._native_names[name] = info
+        return info
+
+    def _native_read(self) -> None:
+        """Called by C++ every ``check_every`` checked ops."""
+        self._native_take()
+
+    def _native_event(self, name, kind, has_nan, bad_outs, n_inputs, wrote_input, bad_ins, seq):
+        """Called by C++ at an op that produced NaN/Inf (origin/entered; the first
+        downstream/explicit ones of a window when a JSON log is kept)."""
+        kind = _KINDS[kind]
+        info = self._native_info(name)
+        bw = _graph_task_id() != -1
+        module = _mt.STATE.current(bw)
+        if bw:
+            node = torch._C._current_autograd_node()
+            node = node.name() if node is not None else ""
+            frame = None
+        else:
+            node = ""
+            frame = user_frame(2) if self.source_lines else None
+        verified = None
+        bad_inputs: list[str] = []
+        if kind == "origin":
+            if n_inputs < 0:
+                verified = "inputs carried Inf only; this op made NaN from them"
+            else:
+                verified = (f"all {n_inputs} float input(s) finite (re-checked at the op)"
+                            + ("; the tensor it wrote held no NaN/Inf made by a tracked op"
+                               if wrote_input else ""))
+        for pos, t in bad_ins:
+            pname = _mt.STATE.param_name(t) or (
+                _mt.STATE.param_name(t._base) if t._base is not None else None)
+            bad_inputs.append(f"parameter {pname}" if pname else f"input {pos} {describe(t)}")
+        src = (format_frame(frame) if frame else _mt.STATE.call_site.get(module, "") if bw else "")
+        ev = {"step": self.step_cnt, "seq": seq, "op": info.name.full if info else name,
+              "kind": kind, "what": "NaN" if has_nan else "Inf", "module": module,
+              "phase": "backward" if bw else "forward", "grad_fn": node, "src": src,
+              "code": source_text(frame) if frame else "", "flags": list(bad_outs),
+              "verified": verified, "bad_inputs": bad_inputs}
+        self._emit_json(ev)
+        if kind in ("downstream", "explicit"):
+            return
+        if len(self.events) < self.max_events:
+            self.events.append(ev)
+        self._print_event(ev)
 
     def _on_outermost_exit(self, exc_type):
-        if exc_type is not NanInfTrackError:
+        if self._native:
+            self._native_take()
+            self._set_armed(False)
+            _musa_c()._nan_check_release()
+        elif exc_type is not NanInfTrackError:
             self.flush()
         c = self.counts
         if self.verbose or c["origin"] or c["entered"] or c["downstream"]:
@@ -171,6 +346,17 @@ class NanInfTracker(_WindowedMode):
         self._close_files()
 
     def _on_step_end(self):
+        if self._native and self._armed:
+            seen_before = self._native_seen
+            self._native_take()
+            if self._native_seen == seen_before and self._depth == 1:
+                # no musa op ran in this step: the work is on another device
+                warnings.warn("NanInfTracker: no musa op ran in this step; tracking every "
+                              "device through the dispatch mode from now on (backend='python')")
+                self._set_armed(False)
+                self._native = False
+                self._push_dispatch_mode_now()
+            return
         self.flush()
 
     # ------------------------------------------------------------------ dispatch
@@ -300,6 +486,8 @@ class NanInfTracker(_WindowedMode):
     # ------------------------------------------------------------------ checking
     def flush(self) -> bool:
         """Read the window's device flags (one transfer); locate offenders. True if clean."""
+        if self._native:
+            return self._native_take()
         if not self._recs:
             return True
         with _disable_current_modes():
