@@ -411,7 +411,7 @@ bool is_pinned(const void* ptr) {
 // ---- host kernels allocating device memory ---------------------------------
 
 namespace {
-thread_local int t_redirect = -1;
+TORCH_MUSA_FAST_TLS thread_local int t_redirect = -1;
 c10::DeleterFnPtr g_host_raw_deleter = nullptr;
 
 bool is_pool_pointer(void* p) {

@@ -76,6 +76,21 @@ at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like)
   return make_like(storage, kMusaKeys, like);
 }
 
+at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (s->data() == nullptr || c10::raw::intrusive_ptr::use_count(s) != 1 ||
+      c10::raw::intrusive_ptr::use_count(impl) != 1 ||
+      !DeviceAllocator::owns(s->data_ptr()) || !impl->allow_tensor_metadata_change())
+    return at::Tensor();
+  const c10::Device dev(c10::DeviceType::PrivateUse1, device);
+  s->mutable_data_ptr().unsafe_set_device(dev);
+  s->set_allocator(&device_allocator());
+  impl->set_storage_keep_dtype(t.storage());  // the device follows the storage
+  impl->_change_backend_component_keys(dev);
+  return t;
+}
+
 c10::Storage adopt_storage(const at::Tensor& t, c10::DeviceIndex device,
                            int refs_on_stack) {
   c10::StorageImpl* hs = t.storage().unsafeGetStorageImpl();

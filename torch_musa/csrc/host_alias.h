@@ -21,6 +21,11 @@ c10::Device kernel_device(c10::DeviceIndex musa_index);
 // `storage`.
 at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like);
 
+// A fresh host-kernel result that nothing else holds, over musa pool memory,
+// turned into the musa tensor itself: only the tags change, no TensorImpl or
+// StorageImpl is made. Undefined when that does not apply.
+at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device);
+
 // Moves the bytes behind host tensor `t` to musa `device` (adopting them when
 // they came from the musa pool and nothing else holds them, else copying).
 c10::Storage adopt_storage(const at::Tensor& t, c10::DeviceIndex device,

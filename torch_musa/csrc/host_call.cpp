@@ -82,7 +82,7 @@ void HostCall::unsupported(const at::Tensor& t, const char* arg) {
                     "(TORCH_MUSA_PROFILE).");
 }
 
-at::Tensor HostCall::to_host(const at::Tensor& t, bool written) {
+at::Tensor HostCall::to_host(const at::Tensor& t, bool written, bool borrow) {
   if (!t.defined() || !t.is_privateuseone()) return t;
   at::Tensor h = host_alias(t);
   bool cast = false;
@@ -91,7 +91,9 @@ at::Tensor HostCall::to_host(const at::Tensor& t, bool written) {
     h = h.to(t.scalar_type() == at::kDouble ? at::kFloat : at::kComplexFloat);
     cast = downcast_ = true;
   }
-  aliases_.push_back({h, t, written, cast});
+  aliases_.push_back({h, borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
+                                 : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
+                      written, cast});
   return h;
 }
 
@@ -107,11 +109,12 @@ at::Generator HostCall::host_generator(const std::optional<at::Generator>& g) {
 void HostCall::sync_written() {
   for (const Alias& a : aliases_) {
     if (!a.written) continue;
-    c10::TensorImpl* m = a.musa.unsafeGetTensorImpl();
+    const at::Tensor& musa = *a.musa;
+    c10::TensorImpl* m = musa.unsafeGetTensorImpl();
     c10::TensorImpl* h = a.host.unsafeGetTensorImpl();
     if (a.cast) {  // computed in float32: write the values back as float64
-      if (m->sizes() != h->sizes()) a.musa.resize_(h->sizes());
-      host_alias(a.musa).copy_(a.host);
+      if (m->sizes() != h->sizes()) musa.resize_(h->sizes());
+      host_alias(musa).copy_(a.host);
       continue;
     }
     const c10::Storage& hs = h->storage();
@@ -130,7 +133,7 @@ void HostCall::sync_written() {
 
 const at::Tensor* HostCall::original_of(const at::Tensor& host) const {
   for (const Alias& a : aliases_)
-    if (a.host.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return &a.musa;
+    if (a.host.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return &*a.musa;
   return nullptr;
 }
 
@@ -149,9 +152,11 @@ at::Tensor HostCall::to_musa(const at::Tensor& t, int refs) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   for (const Alias& a : aliases_)
     if (!a.cast && a.host.storage().unsafeGetStorageImpl() == s)
-      return musa_tensor_over(a.musa.storage(), t);
+      return musa_tensor_over(a.musa->storage(), t);
   for (auto& [host, musa] : adopted_)
     if (host == s) return musa_tensor_over(musa, t);
+  if (refs == 1 && config().kernel_type == c10::DeviceType::CPU)
+    if (at::Tensor m = retag_as_musa(t, device()); m.defined()) return m;
   c10::Storage ms = adopt_storage(t, device(), refs);
   adopted_.emplace_back(s, ms);
   return musa_tensor_over(ms, t);

@@ -11,6 +11,7 @@
 #include <ATen/Tensor.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>
 
 #include <optional>
@@ -55,8 +56,10 @@ class HostCall {
   void see(const at::Tensor& t, const char* arg, bool index_list = false);
   c10::DeviceIndex device();
 
-  // Pass 2: host versions of arguments.
-  at::Tensor to_host(const at::Tensor& t, bool written);
+  // Pass 2: host versions of arguments. `borrow`: `t` outlives the call (the
+  // unboxed caller's argument), so it is not copied; a copy of a tensor that
+  // Python holds costs a GIL round trip (PyObject preservation).
+  at::Tensor to_host(const at::Tensor& t, bool written, bool borrow = false);
   at::Generator host_generator(const std::optional<at::Generator>& g);
 
   // After the kernel.
@@ -71,7 +74,7 @@ class HostCall {
  private:
   struct Alias {
     at::Tensor host;
-    at::Tensor musa;
+    c10::MaybeOwned<at::Tensor> musa;
     bool written;
     bool cast;  // float64 computed in float32 (double cast)
   };

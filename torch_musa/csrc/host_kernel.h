@@ -41,18 +41,18 @@ template <class T> struct Arg {  // anything that is not device data
 };
 template <> struct Arg<const at::Tensor&> {
   at::Tensor v;
-  Arg(HostCall& c, const at::Tensor& x) : v(c.to_host(x, false)) {}
+  Arg(HostCall& c, const at::Tensor& x) : v(c.to_host(x, false, /*borrow=*/true)) {}
   const at::Tensor& get() { return v; }
 };
 template <> struct Arg<at::Tensor&> {
   at::Tensor v;
-  Arg(HostCall& c, at::Tensor& x) : v(c.to_host(x, true)) {}
+  Arg(HostCall& c, at::Tensor& x) : v(c.to_host(x, true, /*borrow=*/true)) {}
   at::Tensor& get() { return v; }
 };
 template <> struct Arg<const std::optional<at::Tensor>&> {
   std::optional<at::Tensor> v;
   Arg(HostCall& c, const std::optional<at::Tensor>& x) {
-    if (x) v = c.to_host(*x, false);
+    if (x) v = c.to_host(*x, false, /*borrow=*/true);
   }
   const std::optional<at::Tensor>& get() { return v; }
 };
@@ -60,7 +60,7 @@ template <> struct Arg<at::TensorList> {
   std::vector<at::Tensor> v;
   Arg(HostCall& c, at::TensorList xs) {
     v.reserve(xs.size());
-    for (const auto& x : xs) v.push_back(c.to_host(x, false));
+    for (const auto& x : xs) v.push_back(c.to_host(x, false, /*borrow=*/true));
   }
   at::TensorList get() { return v; }
 };

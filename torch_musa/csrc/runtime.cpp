@@ -16,8 +16,8 @@ void after_fork_in_child() {
   if (g_initialized.load()) g_bad_fork.store(true);
 }
 const int g_atfork = pthread_atfork(nullptr, nullptr, &after_fork_in_child);
-thread_local c10::DeviceIndex t_device = 0;
-thread_local std::array<c10::StreamId, kMaxDevices> t_stream{};  // all default
+TORCH_MUSA_FAST_TLS thread_local c10::DeviceIndex t_device = 0;
+TORCH_MUSA_FAST_TLS thread_local std::array<c10::StreamId, kMaxDevices> t_stream{};  // all default
 std::array<std::atomic<uint32_t>, kMaxDevices * 2> g_pool_cursor{};
 }  // namespace
 

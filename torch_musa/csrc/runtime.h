@@ -25,6 +25,10 @@ struct RuntimeConfig {
   bool native_streams = false;
 };
 
+// Thread-locals read on every op: the initial-exec model reads them without a
+// __tls_get_addr call (they are a few bytes of the static TLS surplus).
+#define TORCH_MUSA_FAST_TLS __attribute__((tls_model("initial-exec")))
+
 // Chooses the driver ("host" or "cuda") before the runtime is in use.
 void use_driver(const std::string& name);
 
