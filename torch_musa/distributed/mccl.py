@@ -797,6 +797,14 @@ _KERNELS = {
 # --------------------------------------------------------------------------- backend
 def _create_backend(dist_opts, backend_options=None):
     """``register_backend`` creator (extended API): a Gloo backend for the musa device."""
+    from torch_musa import _state
+
+    if _state.driver != "host":
+        # Gloo reads the aliases from the host; under the cuda driver musa memory is
+        # GPU memory, and mccl's mapping onto NCCL is not written yet.
+        raise NotImplementedError(
+            f"mccl runs on the host driver only; under TORCH_MUSA_DRIVER={_state.driver} use "
+            "backend 'nccl' on cuda tensors for now (mccl over NCCL is still to come)")
     timeout = dist_opts.timeout
     if backend_options is not None and isinstance(backend_options, _ProcessGroupGloo._Options):
         opts = backend_options
