@@ -3,7 +3,9 @@
 Both run in the same processes, one size at a time, alternating rounds
 (mccl, gloo, mccl, gloo, ...) so machine noise hits both alike; each cell is
 the best round (``--stat min``, default: the least disturbed estimate on a
-shared machine) or the median round (``--stat median``). Bus bandwidth = bytes * 2(n-1)/n / time (the nccl-tests
+shared machine) or the median round (``--stat median``). ``floor`` is the same
+ratio for a second, identical Gloo group against the first: how far two equal
+paths differ on this machine, the noise any ratio carries. Bus bandwidth = bytes * 2(n-1)/n / time (the nccl-tests
 convention). ratio = mccl busbw / gloo busbw (target >= 0.95).
 
     .venv/bin/python benchmarks/bench_mccl.py                      # 2 ranks, 1 KB .. 256 MB
@@ -62,6 +64,7 @@ def worker(rank: int, world: int, port: int, sizes, rounds: int, budget: float, 
     torch.musa.set_device(dev)
     dist.init_process_group("mccl", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
     gloo = dist.new_group(backend="gloo")
+    gloo2 = dist.new_group(backend="gloo")  # the noise floor: Gloo against Gloo
     rows = []
     for nbytes in sizes:
         numel = max(1, nbytes // 4)
@@ -80,30 +83,34 @@ def worker(rank: int, world: int, port: int, sizes, rounds: int, budget: float, 
                 dist.all_reduce(t, group=group)
             return (time.perf_counter() - t0) / iters
 
-        timed(m, None)  # warm-up both paths
+        timed(m, None)  # warm-up every path
         timed(c, gloo)
-        tm, tg = [], []
+        timed(c, gloo2)
+        tm, tg, tf = [], [], []
         for r in range(rounds):
             if r % 2 == 0:
                 tm.append(timed(m, None))
                 tg.append(timed(c, gloo))
+                tf.append(timed(c, gloo2))
             else:
+                tf.append(timed(c, gloo2))
                 tg.append(timed(c, gloo))
                 tm.append(timed(m, None))
         # ranks' times differ a little; use the slowest rank's
         pick = min if stat == "min" else statistics.median
-        agg = torch.tensor([pick(tm), pick(tg)], dtype=torch.float64)
+        agg = torch.tensor([pick(tm), pick(tg), pick(tf)], dtype=torch.float64)
         dist.all_reduce(agg, op=dist.ReduceOp.MAX, group=gloo)
-        t_m, t_g = agg.tolist()
+        t_m, t_g, t_f = agg.tolist()
         factor = 2 * (world - 1) / world
         bw_m = numel * 4 * factor / t_m / 1e9
         bw_g = numel * 4 * factor / t_g / 1e9
         rows.append({"bytes": numel * 4, "iters": iters, "mccl_us": t_m * 1e6, "gloo_us": t_g * 1e6,
-                     "mccl_busbw_GBps": bw_m, "gloo_busbw_GBps": bw_g, "ratio": bw_m / bw_g})
+                     "mccl_busbw_GBps": bw_m, "gloo_busbw_GBps": bw_g, "ratio": bw_m / bw_g,
+                     "floor_ratio": t_g / t_f})
         if rank == 0:
             r = rows[-1]
             print(f"{fmt_size(r['bytes']):>8} {iters:>6} {r['mccl_us']:>12.1f} {r['gloo_us']:>12.1f} "
-                  f"{bw_m:>11.3f} {bw_g:>11.3f} {r['ratio']:>7.3f}", flush=True)
+                  f"{bw_m:>11.3f} {bw_g:>11.3f} {r['ratio']:>7.3f} {r['floor_ratio']:>7.3f}", flush=True)
         del m, c
     if rank == 0 and out_path:
         with open(out_path, "w") as f:
@@ -139,7 +146,7 @@ def main(argv=None):
     print(f"all_reduce, {args.world} ranks, float32, {args.stat} of {args.rounds} alternating rounds, "
           f"MCCL_NATIVE={args.native}; busbw = bytes*2(n-1)/n/time")
     print(f"{'size':>8} {'iters':>6} {'mccl us':>12} {'gloo us':>12} {'mccl GB/s':>11} {'gloo GB/s':>11} "
-          f"{'ratio':>7}", flush=True)
+          f"{'ratio':>7} {'floor':>7}", flush=True)
     t0 = time.time()
     mp.start_processes(_entry, args=(args.world, port, sizes, args.rounds, args.budget, args.json, args.stat),
                        nprocs=args.world, start_method="spawn", join=True)
