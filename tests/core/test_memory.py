@@ -40,6 +40,32 @@ def test_host_kernel_outputs_are_counted_on_their_device():
     del a, b
 
 
+def test_a_retagged_result_is_musa_memory_through_and_through():
+    a = torch.ones(256, 256, device="musa")
+    base = torch.musa.memory_allocated()
+    b = a + 1  # the host kernel's fresh result becomes the musa tensor in place
+    storage = b.untyped_storage()
+    assert b.device == storage.device == torch.device("musa:0")
+    assert torch.musa.memory_allocated() - base == b.numel() * 4
+    b.resize_(512, 512)  # grows through the musa allocator, keeping the values
+    assert b.untyped_storage().device.type == "musa"
+    assert torch.musa.memory_allocated() - base == 512 * 512 * 4
+    assert torch.equal(b.view(-1)[: 256 * 256].cpu(), torch.full((256 * 256,), 2.0))
+    del b, storage
+    assert torch.musa.memory_allocated() == base
+
+
+def test_in_place_ops_leave_python_held_tensors_intact():
+    import sys
+
+    a = torch.zeros(8, device="musa")
+    refs = sys.getrefcount(a)
+    for _ in range(100):
+        a.add_(1)  # the unboxed wrapper borrows `a` rather than copying it
+    assert sys.getrefcount(a) == refs
+    assert a.cpu().tolist() == [100.0] * 8
+
+
 def test_freed_blocks_are_reused_and_empty_cache_returns_them():
     x = torch.empty(8 * MiB, dtype=torch.uint8, device="musa")
     ptr = x.data_ptr()
