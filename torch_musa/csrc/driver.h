@@ -12,6 +12,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
+#include <c10/util/Exception.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -82,6 +83,15 @@ struct Driver {
   virtual c10::StreamId pool_stream_id(c10::DeviceIndex, bool /*high*/) { return 0; }
   virtual void set_device(c10::DeviceIndex) {}
 };
+
+// The checks every driver's event_elapsed_ms makes, with PyTorch's messages.
+inline void check_elapsed_time(bool timing, bool recorded, bool completed) {
+  TORCH_CHECK(timing, "Both events must be created with enable_timing=True to "
+              "measure elapsed time.");
+  TORCH_CHECK(recorded, "Both events must be recorded before calculating elapsed time.");
+  TORCH_CHECK(completed, "Both events must have completed before calculating "
+              "elapsed time; call synchronize() on the end event first.");
+}
 
 // The driver in use: the host driver unless `select_driver` chose another
 // before the runtime was initialised.

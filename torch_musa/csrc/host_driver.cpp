@@ -114,14 +114,8 @@ class HostDriver final : public Driver {
     if (event->recorded) wait_until(event->when_ns);
   }
   double event_elapsed_ms(DriverEvent* start, DriverEvent* end) override {
-    TORCH_CHECK(start->timing && end->timing,
-                "Both events must be created with enable_timing=True to "
-                "measure elapsed time.");
-    TORCH_CHECK(start->recorded && end->recorded,
-                "Both events must be recorded before calculating elapsed time.");
-    TORCH_CHECK(event_query(start) && event_query(end),
-                "Both events must have completed before calculating elapsed "
-                "time; call synchronize() on the end event first.");
+    check_elapsed_time(start->timing && end->timing, start->recorded && end->recorded,
+                       event_query(start) && event_query(end));
     return double(end->when_ns - start->when_ns) / 1e6;
   }
 

@@ -115,14 +115,8 @@ class CudaDriver final : public Driver {
     C10_CUDA_CHECK(cudaEventSynchronize(e->event));
   }
   double event_elapsed_ms(DriverEvent* a, DriverEvent* b) override {
-    TORCH_CHECK(a->timing && b->timing,
-                "Both events must be created with enable_timing=True to "
-                "measure elapsed time.");
-    TORCH_CHECK(a->recorded && b->recorded,
-                "Both events must be recorded before calculating elapsed time.");
-    TORCH_CHECK(event_query(a) && event_query(b),
-                "Both events must have completed before calculating elapsed "
-                "time; call synchronize() on the end event first.");
+    check_elapsed_time(a->timing && b->timing, a->recorded && b->recorded,
+                       event_query(a) && event_query(b));
     float ms = 0;
     c10::cuda::CUDAGuard g(a->device);
     C10_CUDA_CHECK(cudaEventElapsedTime(&ms, a->event, b->event));

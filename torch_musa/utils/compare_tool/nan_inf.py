@@ -290,20 +290,21 @@ class NanInfTracker(_WindowedMode):
         """Called by C++ every ``check_every`` checked ops."""
         self._native_take()
 
+    def _where(self):
+        """(in backward, module path, autograd node name, user source frame) of the op now running."""
+        bw = _graph_task_id() != -1
+        module = _mt.STATE.current(bw)
+        if bw:
+            node = torch._C._current_autograd_node()
+            return bw, module, node.name() if node is not None else "", None
+        return bw, module, "", user_frame(2) if self.source_lines else None
+
     def _native_event(self, name, kind, has_nan, bad_outs, n_inputs, wrote_input, bad_ins, seq):
         """Called by C++ at an op that produced NaN/Inf (origin/entered; the first
         downstream/explicit ones of a window when a JSON log is kept)."""
         kind = _KINDS[kind]
         info = self._native_info(name)
-        bw = _graph_task_id() != -1
-        module = _mt.STATE.current(bw)
-        if bw:
-            node = torch._C._current_autograd_node()
-            node = node.name() if node is not None else ""
-            frame = None
-        else:
-            node = ""
-            frame = user_frame(2) if self.source_lines else None
+        bw, module, node, frame = self._where()
         verified = None
         bad_inputs: list[str] = []
         if kind == "origin":
@@ -424,15 +425,7 @@ class NanInfTracker(_WindowedMode):
                         base = t._base
                         in_refs.append((_ref(t), t._version, i, None if base is None else _ref(base)))
             i += 1
-        bw = _graph_task_id() != -1
-        module = _mt.STATE.current(bw)
-        if bw:
-            node = torch._C._current_autograd_node()
-            node = node.name() if node is not None else ""
-            frame = None
-        else:
-            node = ""
-            frame = user_frame(2) if self.source_lines else None
+        bw, module, node, frame = self._where()
         self._seq += 1
         rec = _Rec(self._seq, info, module, bw, node, frame, f0, nf, in_keys, in_refs,
                    out_keys, explicit, self.step_cnt)
