@@ -7,7 +7,11 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.torch_musa_stamp
-want=$(cat pyproject.toml setup.py torch_musa/csrc/* 2>/dev/null | sha256sum | cut -d' ' -f1)
+# Everything the C++ build reads: packaging, the runtime core (with cuda/), the
+# mccl kernels, and the operator registry with its code generator.
+want=$(find pyproject.toml setup.py torch_musa/csrc torch_musa/distributed/csrc \
+         torch_musa/ops/musa_functions.yaml torch_musa/ops/codegen.py -type f | sort \
+       | xargs cat | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import torch_musa" 2>/dev/null; then
   echo "[setup] installing torch 2.13.0 and building torch_musa (first run: a few minutes)"
   # Build-time needs (no build isolation): torch, the build tools, PyYAML for the op codegen.
