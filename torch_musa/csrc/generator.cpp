@@ -5,7 +5,7 @@
 
 #include <c10/core/GeneratorImpl.h>
 
-#include <cstring>
+#include <algorithm>
 #include <deque>
 #include <mutex>
 

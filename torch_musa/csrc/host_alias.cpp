@@ -3,7 +3,6 @@
 #include "allocator.h"
 #include "runtime.h"
 
-#include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
