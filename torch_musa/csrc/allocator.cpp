@@ -157,28 +157,18 @@ void raw_free(void* ptr) {
 }
 
 // The driver's own allocator (cuda driver), or null.
-c10::DeviceAllocator* native() {
-  static c10::DeviceAllocator* a = nullptr;
-  static bool looked = false;
-  if (C10_LIKELY(looked)) return a;
-  a = driver().native_allocator();
-  looked = is_initialized();  // the driver is fixed once the runtime is in use
-  return a;
-}
+c10::DeviceAllocator* native() { return config().native_allocator; }
 
 c10::DataPtr allocate_native(c10::DeviceAllocator* na, c10::DeviceIndex d,
                              size_t nbytes, c10::Device tag) {
-  const c10::DeviceIndex prev = current_device();
-  if (d != prev) set_current_device(d);
+  DeviceSwitch guard(d);
   c10::DataPtr p;
   try {
     p = na->allocate(nbytes);
   } catch (const c10::OutOfMemoryError& e) {
-    restore_current_device(prev);
     TORCH_CHECK_WITH(OutOfMemoryError, false, "musa:", int(d), " (", driver().name(),
                      " driver) is out of memory: ", e.msg());
   }
-  if (d != prev) restore_current_device(prev);
   p.unsafe_set_device(tag);
   return p;
 }

@@ -32,21 +32,6 @@ using DebugHook = void (*)(const char* op, const std::vector<c10::IValue>& args,
 DebugHook debug_hook();
 void set_debug_hook(DebugHook hook);
 
-// Makes the op's device current while it runs (an entry's device_guard).
-class DeviceSwitch {
- public:
-  DeviceSwitch(c10::DeviceIndex d, bool on) : prev_(current_device()), on_(on && d != prev_) {
-    if (on_) set_current_device(d);
-  }
-  ~DeviceSwitch() {
-    if (on_) restore_current_device(prev_);
-  }
-
- private:
-  c10::DeviceIndex prev_;
-  bool on_;
-};
-
 class HostCall {
  public:
   // `op` is "aten::add" style (no overload), used for messages and policy.

@@ -21,16 +21,12 @@ namespace {
 
 const c10::DispatchKeySet kMusaKeys(c10::DispatchKey::PrivateUse1);
 
-// Makes `device` current for the allocation, as a device guard would.
-struct CurrentDevice {
-  explicit CurrentDevice(std::optional<c10::Device> d) : prev_(current_device()) {
-    const auto idx = d && d->has_index() ? d->index() : prev_;
-    check_device(idx);
-    if (idx != prev_) set_current_device(idx);
-  }
-  ~CurrentDevice() { restore_current_device(prev_); }
-  c10::DeviceIndex prev_;
-};
+// The index an allocation's `device` argument names (the current one if none).
+c10::DeviceIndex checked_index(std::optional<c10::Device> d) {
+  const auto idx = d && d->has_index() ? d->index() : current_device();
+  check_device(idx);
+  return idx;
+}
 
 void check_no_pin(std::optional<bool> pin_memory) {
   TORCH_CHECK(!pin_memory.value_or(false),
@@ -46,7 +42,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size,
   check_no_pin(pin_memory);
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "musa supports only strided tensors, got layout ", *layout);
-  CurrentDevice guard(device);
+  DeviceSwitch guard(checked_index(device));
   return at::detail::empty_generic(size, &device_allocator(), kMusaKeys,
                                    c10::dtype_or_default(dtype), memory_format);
 }
@@ -59,7 +55,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   check_no_pin(pin_memory);
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "musa supports only strided tensors, got layout ", *layout);
-  CurrentDevice guard(device);
+  DeviceSwitch guard(checked_index(device));
   return at::detail::empty_strided_generic(size, stride, &device_allocator(),
                                            kMusaKeys, c10::dtype_or_default(dtype));
 }

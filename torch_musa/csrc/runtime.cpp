@@ -47,6 +47,7 @@ void use_driver(const std::string& name) {
   select_driver(name);
   config().kernel_type = driver().kernel_device_type();
   config().native_streams = driver().native_streams();
+  config().native_allocator = driver().native_allocator();
 }
 
 void set_current_device(c10::DeviceIndex index) {

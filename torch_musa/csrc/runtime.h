@@ -23,6 +23,7 @@ struct RuntimeConfig {
   // Copied from the driver when it is selected (read on every op).
   c10::DeviceType kernel_type = c10::DeviceType::CPU;
   bool native_streams = false;
+  c10::DeviceAllocator* native_allocator = nullptr;  // Driver::native_allocator()
 };
 
 // Thread-locals read on every op: the initial-exec model reads them without a
@@ -42,6 +43,25 @@ c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 // Puts back an index that was current before; never throws (for destructors).
 void restore_current_device(c10::DeviceIndex index) noexcept;
+
+// Makes `d` current for a scope when `on` (an op's device guard, an
+// allocation on a given device); puts the previous device back after.
+class DeviceSwitch {
+ public:
+  DeviceSwitch(c10::DeviceIndex d, bool on = true)
+      : prev_(current_device()), on_(on && d != prev_) {
+    if (on_) set_current_device(d);
+  }
+  ~DeviceSwitch() {
+    if (on_) restore_current_device(prev_);
+  }
+  DeviceSwitch(const DeviceSwitch&) = delete;
+  DeviceSwitch& operator=(const DeviceSwitch&) = delete;
+
+ private:
+  c10::DeviceIndex prev_;
+  bool on_;
+};
 
 // Streams: id 0 is the default stream; pool ids follow; other ids are
 // external streams handed in by the user.
