@@ -126,6 +126,31 @@ def gpt2_step(device: str, batch: int, seq: int):
     return step
 
 
+def profile_step(step, device: str, steps: int, path: str) -> dict:
+    """Where a training step's time goes: host issue time vs wall time, and a
+    torch.profiler table (CPU self time and device kernel time per op)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    issued = time.perf_counter() - t0
+    sync(device)
+    wall = time.perf_counter() - t0
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            step()
+        sync(device)
+    ka = prof.key_averages()
+    with open(path, "w") as f:
+        f.write(f"{device}: host issue {issued / steps * 1e3:.1f} ms/step, wall {wall / steps * 1e3:.1f} ms/step\n")
+        f.write(ka.table(sort_by="self_cpu_time_total", row_limit=45))
+        f.write("\n")
+        f.write(ka.table(sort_by="self_device_time_total", row_limit=30))
+    return {"issue_ms": issued / steps * 1e3, "wall_ms": wall / steps * 1e3}
+
+
 def cuda_worker(batch: int, seq: int, steps: int) -> int:
     """Native-cuda side of the training benchmark (a process without torch_musa).
 
@@ -139,19 +164,21 @@ def cuda_worker(batch: int, seq: int, steps: int) -> int:
             print(step().item(), flush=True)
         elif line.strip() == "round":
             print(time_loop(step, "cuda", steps), flush=True)
+        elif line.startswith("profile "):
+            print(json.dumps(profile_step(step, "cuda", steps, line.split(" ", 1)[1].strip())), flush=True)
     return 0
 
 
-def bench_gpt2(rounds: int, steps: int, batch: int, seq: int) -> dict:
+def bench_gpt2(rounds: int, steps: int, batch: int, seq: int, profile_dir: str | None = None) -> dict:
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     worker = subprocess.Popen(
         [sys.executable, __file__, "--cuda-worker", "--batch", str(batch), "--seq", str(seq),
          "--steps", str(steps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
-    def ask(cmd: str) -> float:
+    def ask(cmd: str, parse=float):
         worker.stdin.write(cmd + "\n")
         worker.stdin.flush()
-        return float(worker.stdout.readline())
+        return parse(worker.stdout.readline())
 
     musa_step = gpt2_step("musa", batch, seq)
     losses = {"musa": [], "cuda": []}
@@ -162,6 +189,12 @@ def bench_gpt2(rounds: int, steps: int, batch: int, seq: int) -> dict:
     for _ in range(rounds):
         times["musa"].append(time_loop(musa_step, "musa", steps))
         times["cuda"].append(ask("round"))
+    if profile_dir:
+        for side, prof in (("musa", lambda p: profile_step(musa_step, "musa", steps, p)),
+                           ("cuda", lambda p: ask(f"profile {p}", json.loads))):
+            got = prof(os.path.join(profile_dir, f"gpt2_profile_{side}.txt"))
+            print(f"profile {side}: host issue {got['issue_ms']:.1f} ms/step, wall {got['wall_ms']:.1f} ms/step",
+                  flush=True)
     worker.stdin.close()
     worker.wait(timeout=60)
     row = summarise(f"GPT-2 small step b{batch}x{seq} bf16", "train", times)
@@ -224,6 +257,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--skip-ops", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also write torch.profiler tables of the training step (gpt2_profile_*.txt)")
     ap.add_argument("--cuda-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cuda_worker:
@@ -235,9 +271,10 @@ def main(argv=None) -> int:
         print("run with TORCH_MUSA_DRIVER=cuda on a machine with an NVIDIA GPU", file=sys.stderr)
         return 2
     print(f"{'work':<28} {'musa µs':>12} {'cuda µs':>12} {'ratio':>7} {'target':>7}")
-    rows = bench_ops(args.rounds)
+    rows = [] if args.skip_ops else bench_ops(args.rounds)
     if not args.skip_train:
-        rows.append(bench_gpt2(max(3, args.rounds - 2), args.steps, args.batch, args.seq))
+        rows.append(bench_gpt2(max(3, args.rounds - 2), args.steps, args.batch, args.seq,
+                               args.out if args.profile else None))
     write(args.out, {"machine": machine(), "rounds": args.rounds, "rows": rows})
     return 0
 

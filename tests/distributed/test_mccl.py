@@ -90,13 +90,38 @@ def test_native_kernels_serve_the_hot_ops():
                                                 "_reduce_scatter_base_"}
 
 
+def test_engine_choice(monkeypatch):
+    from torch_musa import _state
+    from torch_musa.distributed import mccl
+
+    monkeypatch.delenv("MCCL_ENGINE", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    if _state.driver == "host":
+        assert mccl.engine(2) == "gloo"
+        monkeypatch.setenv("MCCL_ENGINE", "nccl")
+        with pytest.raises(mccl.MCCLError, match="MCCL_ENGINE=nccl needs the cuda driver"):
+            mccl.engine(2)
+    else:  # one rank per GPU: NCCL; more ranks than GPUs on this host: Gloo on the CUDA aliases
+        assert mccl.engine(1) == "nccl"
+        assert mccl.engine(torch.cuda.device_count() + 1) == "gloo"
+        monkeypatch.setenv("MCCL_ENGINE", "gloo")
+        assert mccl.engine(1) == "gloo"
+    monkeypatch.setenv("MCCL_ENGINE", "mpi")
+    with pytest.raises(ValueError, match="MCCL_ENGINE='mpi': choose 'auto', 'gloo' or 'nccl'"):
+        mccl.engine(1)
+
+
 def test_single_process_group():
     """world_size 1 over a HashStore-backed FileStore: in place, on the device, no copy."""
     import tempfile
 
+    from torch_musa.distributed import mccl
+
     store = dist.FileStore(tempfile.mktemp(prefix="mccl_store_"), 1)
     dist.init_process_group("mccl", store=store, rank=0, world_size=1)
     try:
+        backend = dist.group.WORLD._get_backend(torch.device("musa"))
+        assert backend.name() == mccl.engine(1)  # nccl under the cuda driver
         t = torch.arange(4.0, device="musa")
         ptr = t.data_ptr()
         dist.all_reduce(t)
@@ -108,6 +133,21 @@ def test_single_process_group():
         out = torch.empty(4, device="musa")
         dist.all_gather_into_tensor(out, t)
         assert torch.equal(out.cpu(), t.cpu())
+        # async on a tensor big enough to still be in flight: the consumer waits on the work
+        big = torch.full((1 << 22,), 2.0, device="musa")
+        w = dist.all_reduce(big, async_op=True)
+        w.wait()
+        assert (big * 3).sum().item() == 6.0 * (1 << 22)
+        fut = dist.all_reduce(big, op=dist._make_nccl_premul_sum(0.5), async_op=True).get_future()
+        (res,) = fut.wait()
+        assert res.device.type == "musa" and res.data_ptr() == big.data_ptr()
+        assert torch.equal(res[:4].cpu(), torch.ones(4))
+        rs = torch.empty(4, device="musa")
+        dist.reduce_scatter_tensor(rs, torch.arange(4.0, device="musa"))
+        assert torch.equal(rs.cpu(), torch.arange(4.0))
+        gathered = [torch.empty(4, device="musa")]
+        dist.all_gather(gathered, t)
+        assert torch.equal(gathered[0].cpu(), t.cpu())
     finally:
         dist.destroy_process_group()
 

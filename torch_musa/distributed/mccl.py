@@ -20,6 +20,13 @@ How it plugs in:
 * Synchronous calls (``async_op=False``) wait inside the kernel, so a failure
   is raised there, naming the collective; asynchronous ones report it from
   ``Work.wait()`` / the future, also naming the collective.
+
+Under the cuda driver (``TORCH_MUSA_DRIVER=cuda``) musa memory is GPU memory:
+the aliases are CUDA tensors over the same bytes and the engine is NCCL (or
+Gloo's CUDA paths when ranks share a GPU, see :func:`engine`). Completion is
+then stream-ordered: a synchronous call makes the current stream wait for the
+collective, and async futures carry the musa device so their consumers wait
+on the collective's events, as with NCCL on cuda tensors.
 """
 from __future__ import annotations
 
@@ -34,11 +41,10 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
-__all__ = ["version", "is_available", "VERSION", "ENGINE"]
+__all__ = ["version", "is_available", "engine", "VERSION"]
 
-#: Version of the mccl layer (major, minor, patch); the engine is Gloo.
-VERSION = (1, 0, 0)
-ENGINE = "gloo"
+#: Version of the mccl layer (major, minor, patch); the engine is Gloo or NCCL (see engine()).
+VERSION = (1, 1, 0)
 
 _ProcessGroup = _c10d.ProcessGroup
 _ProcessGroupGloo = dist.ProcessGroupGloo
@@ -142,6 +148,29 @@ def _resolved(name, backend, tensors, value, errors, fut):
         errors.append(err)
         raise err from exc
     return value
+
+
+def _settle(out, name, backend, tensors, value, errors, fut):
+    try:
+        fut.value()
+    except Exception as exc:  # noqa: BLE001
+        err = _named_error(name, backend, tensors, exc)
+        errors.append(err)
+        out.set_exception(err)
+    else:
+        out.set_result(value)
+
+
+def _device_of(*values):
+    for v in values:
+        for t in ([v] if isinstance(v, torch.Tensor) else v if isinstance(v, (list, tuple)) else []):
+            if isinstance(t, torch.Tensor) and t.device.type == "musa":
+                return t.device
+            if isinstance(t, (list, tuple)):
+                d = _device_of(t)
+                if d is not None:
+                    return d
+    return torch.device("musa", torch.musa.current_device())
 
 
 class _Completer:
@@ -258,6 +287,7 @@ class _MusaWork(dist.Work):
 
 _LIVE: set = set()
 _DONE_WORK = None  # set by _install_kernels
+_CUDA_ALIASES = False  # the aliases are CUDA tensors (cuda driver); set by _install_kernels
 _UNTOUCHED_KEEP = 256
 _UNTOUCHED = __import__("collections").deque(maxlen=_UNTOUCHED_KEEP)
 
@@ -272,7 +302,13 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
         # The caller only waits on it (already done): one shared, pre-boxed completed Work.
         return _DONE_WORK
     errors = []
-    if has_future:
+    if _CUDA_ALIASES and has_future:
+        # Stream-ordered completion: a future on the musa device (its events order the
+        # consumers after the collective), set from the backend's CUDA future.
+        fut = torch.futures.Future(devices=[_device_of(value, tensors)])
+        work.get_future().add_done_callback(
+            functools.partial(_settle, fut, name, backend, tensors, value, errors))
+    elif has_future:
         fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value, errors))
     else:
         fut = torch.futures.Future()
@@ -796,16 +832,10 @@ _KERNELS = {
 
 # --------------------------------------------------------------------------- backend
 def _create_backend(dist_opts, backend_options=None):
-    """``register_backend`` creator (extended API): a Gloo backend for the musa device."""
-    from torch_musa import _state
-
-    if _state.driver != "host":
-        # Gloo reads the aliases from the host; under the cuda driver musa memory is
-        # GPU memory, and mccl's mapping onto NCCL is not written yet.
-        raise NotImplementedError(
-            f"mccl runs on the host driver only; under TORCH_MUSA_DRIVER={_state.driver} use "
-            "backend 'nccl' on cuda tensors for now (mccl over NCCL is still to come)")
+    """``register_backend`` creator (extended API): the Gloo or NCCL backend for the musa device."""
     timeout = dist_opts.timeout
+    if engine(dist_opts.group_size) == "nccl":
+        return _nccl_backend(dist_opts, backend_options)
     if backend_options is not None and isinstance(backend_options, _ProcessGroupGloo._Options):
         opts = backend_options
         opts._timeout = timeout
@@ -837,6 +867,59 @@ def _create_backend(dist_opts, backend_options=None):
         backend = _create_process_group_wrapper(
             backend, f"mccl_check:{dist_opts.group_id}", dist_opts.store, dist_opts.group_rank,
             dist_opts.group_size, timeout)
+    return backend
+
+
+def engine(group_size: int = 1) -> str:
+    """The collective engine a group of ``group_size`` ranks gets: ``"gloo"`` or ``"nccl"``.
+
+    The host driver has Gloo only (musa memory is host RAM). Under the cuda driver
+    musa memory is GPU memory: NCCL, unless ``MCCL_ENGINE=gloo`` or more ranks share
+    this host than it has GPUs (NCCL refuses two ranks on one GPU; Gloo then runs on
+    the CUDA aliases).
+    """
+    from torch_musa import _state
+
+    want = os.environ.get("MCCL_ENGINE", "auto").strip().lower() or "auto"
+    if want not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"MCCL_ENGINE={want!r}: choose 'auto', 'gloo' or 'nccl'")
+    if _state.driver == "host":
+        if want == "nccl":
+            raise MCCLError("MCCL_ENGINE=nccl needs the cuda driver (TORCH_MUSA_DRIVER=cuda): on the "
+                            "host driver musa memory is host RAM and mccl runs Gloo")
+        return "gloo"
+    if want != "auto":
+        if want == "nccl" and not dist.is_nccl_available():
+            raise MCCLError("MCCL_ENGINE=nccl: this torch has no NCCL")
+        return want
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", group_size))
+    if dist.is_nccl_available() and local <= torch.cuda.device_count():
+        return "nccl"
+    return "gloo"
+
+
+def _nccl_backend(dist_opts, backend_options=None):
+    """A ProcessGroupNCCL serving the musa device (cuda driver: musa:i is cuda:i)."""
+    nccl = dist.ProcessGroupNCCL
+    opts = backend_options if isinstance(backend_options, nccl.Options) else nccl.Options()
+    opts._timeout = dist_opts.timeout
+    try:
+        opts.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
+        opts.group_name = dist_opts.group_id
+    except Exception:  # noqa: BLE001  (informational fields)
+        pass
+    backend = nccl(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, opts)
+    _GROUPS.pop(dist_opts.group_id, None)
+    _forget_native(dist_opts.group_id)
+    mode = _check_mode()
+    try:
+        torch.ops.mccl.set_first_use_check(mode == "first")
+    except (AttributeError, RuntimeError):
+        pass
+    # NCCL hangs (rather than aborts) on mismatched ranks: the same first-use check.
+    if mode == "first" and dist_opts.group_size > 1 and dist.get_debug_level() != dist.DebugLevel.DETAIL:
+        _GROUPS[dist_opts.group_id] = _SigCheck(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+                                                dist_opts.timeout, dist_opts.group_id)
     return backend
 
 
@@ -898,8 +981,11 @@ def _install_kernels():
         return
     _host_alias = _load_alias()
     _MUSA = torch.device("musa")
-    global _DONE_WORK
+    global _DONE_WORK, _CUDA_ALIASES
     _DONE_WORK = _work_from_future(_done_future([])).boxed()
+    from torch_musa import _state
+
+    _CUDA_ALIASES = _state.driver == "cuda"
     lib = torch.library.Library("c10d", "IMPL")
     global NATIVE_OPS
     with warnings.catch_warnings():
@@ -909,6 +995,11 @@ def _install_kernels():
         from torch_musa.distributed import native
 
         NATIVE_OPS = tuple(native.native_ops())  # C++ kernels (csrc/mccl_ops.cpp), when available
+        if NATIVE_OPS and _CUDA_ALIASES:  # the C++ kernels alias as host tensors unless told
+            try:
+                torch.ops.mccl.set_alias_device("cuda")
+            except (AttributeError, RuntimeError):  # a build that predates the cuda driver
+                NATIVE_OPS = ()
         for name, fn in _KERNELS.items():
             if hasattr(torch.ops.c10d, name) and name not in NATIVE_OPS:
                 lib.impl(name, _named_kernel(name, fn), "PrivateUse1")

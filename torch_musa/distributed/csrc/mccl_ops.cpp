@@ -1,9 +1,11 @@
 // mccl hot path in C++: the c10d kernels for musa (PrivateUse1) tensors that
 // training leans on (all_reduce, broadcast, all_gather_into_tensor,
-// reduce_scatter_tensor). Each aliases the musa tensors as host tensors (same
-// bytes, no copy), calls the process group's musa backend (Gloo) and, for
-// async_op, returns a Work whose future yields the musa tensors. Errors name the
-// collective. The other collectives are served by torch_musa/distributed/mccl.py.
+// reduce_scatter_tensor). Each aliases the musa tensors as tensors of the
+// kernel device (host tensors on the host driver, CUDA tensors on the cuda
+// driver: same bytes, no copy), calls the process group's musa backend (Gloo or
+// NCCL) and, for async_op, returns a Work whose future yields the musa tensors.
+// Errors name the collective. The other collectives are served by
+// torch_musa/distributed/mccl.py.
 //
 // Built either into torch_musa._C (add this file to the extension's sources) or
 // on its own (torch_musa/distributed/native.py); `torch.ops.mccl.native_ops()`
@@ -27,18 +29,40 @@ namespace {
 
 using c10d::Work;
 
+// Where the backend reads musa memory: the host (host driver, Gloo) or a CUDA
+// device (cuda driver: NCCL, or Gloo's CUDA paths). Set by mccl.install().
+std::atomic<bool> g_cuda_aliases{false};
+
+void set_alias_device(const std::string& type) {
+  TORCH_CHECK(type == "cpu" || type == "cuda", "mccl: alias device must be 'cpu' or 'cuda', got '",
+              type, "'");
+  g_cuda_aliases.store(type == "cuda");
+}
+
+// Futures of asynchronous works: on a GPU their completion is stream-ordered,
+// so they carry the musa device (events on musa streams, which are CUDA streams
+// there); on the host driver the data is ready once the Gloo work is.
+c10::intrusive_ptr<c10::ivalue::Future> musa_future(const std::vector<at::Tensor>& values) {
+  auto type = c10::ListType::create(c10::TensorType::get());
+  if (!g_cuda_aliases.load() || values.empty())
+    return c10::make_intrusive<c10::ivalue::Future>(type);
+  return c10::make_intrusive<c10::ivalue::Future>(type, std::vector<c10::Device>{values[0].device()});
+}
+
 at::Tensor host_view(const at::Tensor& t) {
   if (!t.is_privateuseone()) return t;
+  const bool cuda = g_cuda_aliases.load(std::memory_order_relaxed);
   const c10::Storage& st = t.storage();
   auto* keep = new c10::Storage(st);  // the alias keeps the musa storage alive
   at::DataPtr dp(st.mutable_data(), keep,
                  [](void* ctx) { delete static_cast<c10::Storage*>(ctx); },
-                 at::Device(at::kCPU));
+                 cuda ? at::Device(at::kCUDA, t.device().index()) : at::Device(at::kCPU));
   auto impl = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), st.nbytes(), std::move(dp),
       /*allocator=*/nullptr, /*resizable=*/false);
   auto out = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(impl)), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+      c10::Storage(std::move(impl)),
+      c10::DispatchKeySet(cuda ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU), t.dtype());
   out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   return out;
 }
@@ -177,7 +201,7 @@ using PreMulSum = c10d::PreMulSumSupplement;
 #endif
 
 // PREMUL_SUM (torch.distributed._make_nccl_premul_sum(factor)): Gloo has no such op, so
-// the input is scaled by the factor and the ranks SUM. `t` is a host alias.
+// the input is scaled by the factor and the ranks SUM (NCCL too: one path). `t` is an alias.
 at::Tensor premul(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) {
   auto* s = dynamic_cast<PreMulSum*>(op.supplement_.get());
   TORCH_CHECK(s != nullptr, "mccl: PREMUL_SUM without a factor");
@@ -209,7 +233,7 @@ class MusaWork : public Work {
            c10::intrusive_ptr<c10d::Backend> backend, c10d::OpType type)
       : Work(-1, type), inner_(std::move(inner)), name_(name), backend_(std::move(backend)),
         desc_(values) {
-    fut_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    fut_ = musa_future(values);
     auto fut = fut_;
     auto vals = std::move(values);
     auto b = backend_;
@@ -261,7 +285,7 @@ class MusaWorkNoFuture : public Work {
                    c10d::OpType type)
       : Work(-1, type), inner_(std::move(inner)), name_(name), backend_(std::move(backend)),
         vals_(std::move(values)) {
-    fut_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    fut_ = musa_future(vals_);
   }
   bool isCompleted() override {
     if (inner_->isCompleted()) settle();
@@ -311,7 +335,7 @@ c10::intrusive_ptr<Work> finish(const char* name, const c10::intrusive_ptr<c10d:
     }
     return work;
   }
-  if (has_future)
+  if (has_future || b->getBackendName() == "nccl")  // NCCL's works all have futures
     return c10::make_intrusive<MusaWork>(std::move(work), std::move(values), name, b, type);
   return c10::make_intrusive<MusaWorkNoFuture>(std::move(work), std::move(values), name, b, type);
 }
@@ -423,6 +447,7 @@ TORCH_LIBRARY(mccl, m) {
   m.def("native_ops() -> str[]", &native_ops);
   m.def("forget_group(str group) -> ()", &forget_group);
   m.def("set_first_use_check(bool on) -> ()", &set_first_use_check);
+  m.def("set_alias_device(str type) -> ()", &set_alias_device);
   m.def("premul_factor(__torch__.torch.classes.c10d.ReduceOp op) -> Tensor", &premul_factor);
 }
 
