@@ -8,9 +8,7 @@ it out.
 """
 import glob
 import os
-import shutil
 import sys
-import sysconfig
 
 from setuptools import setup
 import torch
@@ -31,24 +29,6 @@ sources = (
     + sorted(glob.glob(os.path.join(GENERATED, "*.cpp")))
     + [os.path.join("torch_musa", "distributed", "csrc", "mccl_ops.cpp")]
 )
-def _link_with_the_compiler() -> None:
-    """Link _C with the C++ compiler that compiles it.
-
-    A Python built elsewhere can name its own toolchain as the linker (the lent
-    GPU machine's names /opt/gcc/bin/g++), which linked libstdc++ statically into
-    _C; with a second libstdc++ in the process the first error message
-    (c10::str) crashed.
-    """
-    if "LDSHARED" in os.environ:
-        return
-    linker = (sysconfig.get_config_var("LDSHARED") or "").split()
-    cxx = shutil.which(os.environ.get("CXX", "c++"))
-    if linker and os.path.isabs(linker[0]) and cxx and os.path.realpath(linker[0]) != os.path.realpath(cxx):
-        os.environ["LDSHARED"] = f"{cxx} -shared"
-        os.environ.setdefault("LDCXXSHARED", f"{cxx} -shared")
-
-
-_link_with_the_compiler()
 with_cuda = (
     torch.version.cuda is not None
     and CUDA_HOME is not None

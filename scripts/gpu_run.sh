@@ -14,6 +14,10 @@ RESULTS=${RESULTS:-benchmarks/results}
 STAGES=${STAGES:-build tests bench}
 mkdir -p "$RESULTS"
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
+# The system C++ compiler, not whatever $CXX names: the lent machine sets
+# CXX=/opt/gcc/bin/g++, whose _C crashed the process on the first C++ error
+# (the system g++ builds one that raises cleanly).
+export CXX=${TORCH_MUSA_CXX:-$(command -v g++ || command -v c++)}
 # Deterministic cuBLAS for the parity tests (read when cuBLAS starts).
 export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
 status=0

@@ -20,9 +20,9 @@ def _api_call(q):
         q.put(str(e))
 
 
-def _spawned(q):
+def _spawned(q, index):
     import torch_musa  # noqa: F401
-    q.put(torch.ones(2, device="musa:1").sum().item())
+    q.put(torch.ones(2, device=f"musa:{index}").sum().item())
 
 
 def test_touching_musa_in_a_forked_child_raises():
@@ -40,7 +40,7 @@ def test_touching_musa_in_a_forked_child_raises():
 def test_spawn_works():
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_spawned, args=(q,))
+    p = ctx.Process(target=_spawned, args=(q, torch.musa.device_count() - 1))  # the last device
     p.start()
     assert q.get(timeout=120) == 2.0
     p.join(60)

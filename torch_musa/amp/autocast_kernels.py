@@ -43,9 +43,9 @@ def _device_type() -> str:
 
 def _check_dtype(dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16:
-        from torch_musa.core.profiles import selected_profile
+        from torch_musa import _state
 
-        p = selected_profile()
+        p = _state.profile  # the process's profile, chosen once at import
         if not p.supports_bf16:
             raise RuntimeError(
                 f"musa autocast: bfloat16 is not supported by the hardware profile {p.name} "

@@ -2,6 +2,7 @@
 #include "nan_check.h"
 
 #include "host_alias.h"
+#include "runtime.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -95,6 +96,9 @@ bool checkable(const at::Tensor& t) {
 
 int scan(const at::Tensor& t) {
   if (!checkable(t)) return kOk;
+  // Device memory the host cannot read (cuda driver): scan a host copy.
+  if (t.is_privateuseone() && config().kernel_type != c10::DeviceType::CPU)
+    return scan(t.to(at::kCPU));
   if (t.is_non_overlapping_and_dense()) {
     const char* p = static_cast<const char*>(t.storage().data()) +
                     t.storage_offset() * int64_t(t.dtype().itemsize());

@@ -83,7 +83,38 @@ def _load_alias():
     return fn
 
 
-_host_alias = None
+_host_alias = None   # the alias the kernels use: _kernel_alias, or _staged_alias under the cuda driver
+_kernel_alias = None  # torch_musa._C._host_alias: host tensor (host driver) or CUDA tensor (cuda driver)
+_TL = threading.local()
+
+
+def _staged_alias(t):
+    """Under the cuda driver: a host copy of ``t`` while a Gloo call is being staged
+    (one per tensor and call, written back by :func:`_run_staged`), else the CUDA alias."""
+    scope = getattr(_TL, "scope", None)
+    if scope is None:
+        return _kernel_alias(t)
+    hit = scope.get(id(t))
+    if hit is None:
+        hit = scope[id(t)] = (t, t.cpu())
+    return hit[1]
+
+
+def _run_staged(fn, args, kwargs):
+    """Gloo on the cuda driver (ranks sharing a GPU): Gloo's transports read host
+    memory, so the call runs on host copies and completes before it returns."""
+    scope = _TL.scope = {}
+    try:
+        res = fn(*args, **kwargs)
+        _TL.scope = None
+        for w in (res if isinstance(res, (tuple, list)) else (res,)):
+            if isinstance(w, torch.ScriptObject):
+                _c10d.Work.unbox(w).wait()
+        for t, h in scope.values():
+            t.copy_(h)
+        return res
+    finally:
+        _TL.scope = None
 
 
 def _a(t):
@@ -294,6 +325,8 @@ _UNTOUCHED = __import__("collections").deque(maxlen=_UNTOUCHED_KEEP)
 
 def _finish(name, backend, work, async_op, value, tensors, has_future=True):
     """Sync: wait here (errors name the collective). Async: a Work whose future yields ``value``."""
+    if work is None:  # NCCL's blocking calls run on the current stream and return no Work
+        return _DONE_WORK
     if not async_op:
         try:
             work.wait()
@@ -756,6 +789,7 @@ def _monitored_barrier_(tensor, process_group, device_ids, timeout, wait_all_ran
 
 
 def _finish_many(name, backend, works, async_op, value, tensors):
+    works = [w for w in works if w is not None]  # NCCL's blocking calls return none
     if not async_op:
         for w in works:
             try:
@@ -774,7 +808,24 @@ def _finish_many(name, backend, works, async_op, value, tensors):
                 raise _named_error(name, backend, tensors, exc) from exc
         return value
 
+    if _CUDA_ALIASES:  # stream-ordered completion, as in _finish
+        out = torch.futures.Future(devices=[_device_of(value, tensors)])
+        errors = []
+        all_done.add_done_callback(functools.partial(_settle_all, out, name, backend, tensors, value, errors))
+        return _MusaWork(out, name, errors).boxed()
     return _MusaWork(all_done.then(_cb), name).boxed()
+
+
+def _settle_all(out, name, backend, tensors, value, errors, fut):
+    for sub in fut.value():
+        try:
+            sub.value()
+        except Exception as exc:  # noqa: BLE001
+            err = _named_error(name, backend, tensors, exc)
+            errors.append(err)
+            out.set_exception(err)
+            return
+    out.set_result(value)
 
 
 class _CopyBack:
@@ -949,24 +1000,30 @@ _USER_NAMES = {
 }
 
 
+_GROUP_THIRD = ("allgather_", "_allgather_base_", "allgather_coalesced_", "allgather_into_tensor_coalesced_",
+                "reduce_scatter_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_", "alltoall_",
+                "alltoall_base_", "gather_", "scatter_")  # ops whose process group is the third argument
+
+
 def _named_kernel(op_name, fn):
     """Errors raised while issuing the collective (argument checks, debug-mode
     cross-rank checks) come out as MCCLError naming the collective."""
     name = _USER_NAMES.get(op_name, op_name)
 
+    group_arg = 2 if op_name in _GROUP_THIRD else 1
+
     @functools.wraps(fn)
     def kernel(*args, **kwargs):
         try:
+            if _CUDA_ALIASES and op_name != "monitored_barrier_" and \
+                    _backend(args[group_arg]).name() != "nccl":
+                return _run_staged(fn, args, kwargs)
             return fn(*args, **kwargs)
         except MCCLError:
             raise
         except Exception as exc:  # noqa: BLE001
-            pg = args[2] if op_name in ("allgather_", "_allgather_base_", "allgather_coalesced_",
-                                        "allgather_into_tensor_coalesced_", "reduce_scatter_",
-                                        "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_",
-                                        "alltoall_", "alltoall_base_", "gather_", "scatter_") else args[1]
             try:
-                backend = _backend(pg)
+                backend = _backend(args[group_arg])
             except Exception:  # noqa: BLE001
                 backend = None
             first = args[0]
@@ -976,16 +1033,18 @@ def _named_kernel(op_name, fn):
 
 
 def _install_kernels():
-    global _LIB, _MUSA, _host_alias
+    global _LIB, _MUSA, _host_alias, _kernel_alias
     if _LIB is not None:
         return
-    _host_alias = _load_alias()
+    _kernel_alias = _host_alias = _load_alias()
     _MUSA = torch.device("musa")
     global _DONE_WORK, _CUDA_ALIASES
     _DONE_WORK = _work_from_future(_done_future([])).boxed()
     from torch_musa import _state
 
     _CUDA_ALIASES = _state.driver == "cuda"
+    if _CUDA_ALIASES:
+        _host_alias = _staged_alias
     lib = torch.library.Library("c10d", "IMPL")
     global NATIVE_OPS
     with warnings.catch_warnings():

@@ -49,8 +49,25 @@ c10::intrusive_ptr<c10::ivalue::Future> musa_future(const std::vector<at::Tensor
   return c10::make_intrusive<c10::ivalue::Future>(type, std::vector<c10::Device>{values[0].device()});
 }
 
+// Gloo under the cuda driver (ranks sharing a GPU): Gloo's transports read host
+// memory, so the musa tensors of one call are staged through host copies and
+// written back once the collective is done (the call completes before it returns).
+struct Stage {
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;  // (musa tensor, host copy)
+};
+thread_local Stage* tl_stage = nullptr;
+
+at::Tensor staged_copy(const at::Tensor& t) {
+  for (const auto& p : tl_stage->pairs)
+    if (p.first.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return p.second;
+  at::Tensor h = t.to(at::kCPU);
+  tl_stage->pairs.emplace_back(t, h);
+  return h;
+}
+
 at::Tensor host_view(const at::Tensor& t) {
   if (!t.is_privateuseone()) return t;
+  if (tl_stage != nullptr) return staged_copy(t);
   const bool cuda = g_cuda_aliases.load(std::memory_order_relaxed);
   const c10::Storage& st = t.storage();
   auto* keep = new c10::Storage(st);  // the alias keeps the musa storage alive
@@ -107,6 +124,34 @@ std::string hint(const std::string& msg) {
   TORCH_CHECK(false, "mccl ", name, " failed on rank ", b->getRank(), " of ", b->getSize(),
               ", local tensors ", describe(ts), hint(msg), ": ", msg);
 }
+
+// Stages the aliases of one call when the backend cannot read device memory.
+class StageScope {
+ public:
+  explicit StageScope(const c10::intrusive_ptr<c10d::Backend>& b)
+      : on_(g_cuda_aliases.load(std::memory_order_relaxed) && b->getBackendName() != "nccl") {
+    if (on_) tl_stage = &stage_;
+  }
+  ~StageScope() {
+    if (on_) tl_stage = nullptr;
+  }
+  // Wait for the collective and copy the host results back into the musa tensors.
+  void complete(const c10::intrusive_ptr<Work>& w, const char* name,
+                const c10::intrusive_ptr<c10d::Backend>& b, at::TensorList described) {
+    if (!on_) return;
+    tl_stage = nullptr;
+    try {
+      w->wait();
+    } catch (const std::exception& e) {
+      rethrow_named(name, b, described, e.what());
+    }
+    for (auto& p : stage_.pairs) p.first.copy_(p.second);
+  }
+
+ private:
+  bool on_;
+  Stage stage_;
+};
 
 // ---------------------------------------------------------------- cross-rank check
 // Gloo aborts a process that receives more bytes than it posted and silently mixes
@@ -327,6 +372,9 @@ c10::intrusive_ptr<Work> finish(const char* name, const c10::intrusive_ptr<c10d:
                                 c10::intrusive_ptr<Work> work, bool async_op,
                                 std::vector<at::Tensor> values, at::TensorList described,
                                 c10d::OpType type, bool has_future = true) {
+  // NCCL's blocking calls run on the current stream and may return no Work (as
+  // for cuda tensors, the caller then has nothing to wait on).
+  if (!work) return work;
   if (!async_op) {
     try {
       work->wait();
@@ -351,6 +399,7 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> allreduce_musa(
   TORCH_CHECK(!sparse.has_value(), "mccl all_reduce: sparse musa tensors are not supported");
   auto b = musa_backend(pg);
   check_signature(pg, "all_reduce", op_name(*op), tensors);
+  StageScope stage(b);
   auto a = aliases(tensors);
   if (op->op_ == c10d::ReduceOp::PREMUL_SUM)
     for (auto& t : a) premul(t, *op, /*in_place=*/true);
@@ -361,6 +410,7 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> allreduce_musa(
   } catch (const std::exception& e) {
     rethrow_named("all_reduce", b, tensors, e.what());
   }
+  stage.complete(w, "all_reduce", b, tensors);
   auto vec = tensors.vec();
   return {vec, finish("all_reduce", b, std::move(w), async_op, vec, tensors, c10d::OpType::ALLREDUCE)};
 }
@@ -370,6 +420,7 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> broadcast_musa(
     int64_t root_tensor, bool async_op, int64_t timeout) {
   auto b = musa_backend(pg);
   check_signature(pg, "broadcast", "root=" + std::to_string(root_rank), tensors);
+  StageScope stage(b);
   auto a = aliases(tensors);
   c10d::BroadcastOptions o{root_rank, root_tensor, std::chrono::milliseconds(timeout), async_op};
   c10::intrusive_ptr<Work> w;
@@ -378,6 +429,7 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> broadcast_musa(
   } catch (const std::exception& e) {
     rethrow_named("broadcast", b, tensors, e.what());
   }
+  stage.complete(w, "broadcast", b, tensors);
   auto vec = tensors.vec();
   return {vec, finish("broadcast", b, std::move(w), async_op, vec, tensors, c10d::OpType::BROADCAST)};
 }
@@ -402,6 +454,7 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> allgather_base_musa(
               output.scalar_type(), " vs ", input.scalar_type(), ")");
   auto b = musa_backend(pg);
   check_signature(pg, "all_gather_into_tensor", "", {input, output});
+  StageScope stage(b);
   auto ao = gather_shape(output, input);
   auto ai = host_view(input);
   c10d::AllgatherOptions o{std::chrono::milliseconds(timeout), async_op};
@@ -411,6 +464,7 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> allgather_base_musa(
   } catch (const std::exception& e) {
     rethrow_named("all_gather_into_tensor", b, {input}, e.what());
   }
+  stage.complete(w, "all_gather_into_tensor", b, {input});
   return {output, finish("all_gather_into_tensor", b, std::move(w), async_op, {output}, {input},
                          c10d::OpType::_ALLGATHER_BASE)};
 }
@@ -423,6 +477,7 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> reduce_scatter_base_musa(
               output.scalar_type(), " vs ", input.scalar_type(), ")");
   auto b = musa_backend(pg);
   check_signature(pg, "reduce_scatter_tensor", op_name(*op), {output, input});
+  StageScope stage(b);
   auto ai = gather_shape(input, output);
   if (op->op_ == c10d::ReduceOp::PREMUL_SUM) ai = premul(ai, *op, /*in_place=*/false);
   auto ao = host_view(output);
@@ -433,6 +488,7 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> reduce_scatter_base_musa(
   } catch (const std::exception& e) {
     rethrow_named("reduce_scatter_tensor", b, {input}, e.what());
   }
+  stage.complete(w, "reduce_scatter_tensor", b, {input});
   return {output, finish("reduce_scatter_tensor", b, std::move(w), async_op, {output}, {input},
                          c10d::OpType::_REDUCE_SCATTER_BASE, /*has_future=*/false)};
 }
