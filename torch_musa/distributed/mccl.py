@@ -327,6 +327,12 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
     """Sync: wait here (errors name the collective). Async: a Work whose future yields ``value``."""
     if work is None:  # NCCL's blocking calls run on the current stream and return no Work
         return _DONE_WORK
+    if getattr(_TL, "scope", None) is not None:  # a staged Gloo call completes here
+        try:
+            work.wait()
+        except Exception as exc:  # noqa: BLE001
+            raise _named_error(name, backend, tensors, exc) from exc
+        return _work_from_future(_done_future(value)).boxed()
     if not async_op:
         try:
             work.wait()
@@ -718,8 +724,26 @@ def _alltoall_(output_tensors, input_tensors, process_group, async_op=True, time
     _timeout(o, timeout)
     _check_same("all_to_all", list(output_tensors) + list(input_tensors), "input and output tensors")
     _check(process_group, "all_to_all", "", input_tensors, dtype_only=True)
-    w = b.alltoall(_al(output_tensors), _al(input_tensors), o)
+    try:
+        w = b.alltoall(_al(output_tensors), _al(input_tensors), o)
+    except RuntimeError as exc:
+        if "does not support alltoall" not in str(exc):
+            raise
+        return output_tensors, _alltoall_via_base(b, output_tensors, input_tensors, o)
     return output_tensors, _finish("all_to_all", b, w, async_op, output_tensors, input_tensors)
+
+
+def _alltoall_via_base(b, outs, ins, o):
+    """Gloo before torch 2.13 has no list all_to_all: one all_to_all_single over the
+    flattened tensors, split back into the outputs (completes before it returns)."""
+    flat_in = torch.cat([_a(t).reshape(-1) for t in ins])
+    flat_out = flat_in.new_empty(sum(t.numel() for t in outs))
+    w = b.alltoall_base(flat_out, flat_in, [t.numel() for t in outs], [t.numel() for t in ins], o)
+    if w is not None:
+        w.wait()
+    for t, chunk in zip(outs, flat_out.split([t.numel() for t in outs])):
+        _a(t).copy_(chunk.view(t.shape))
+    return _work_from_future(_done_future(outs)).boxed()
 
 
 def _alltoall_base_(output, input, process_group, output_split_sizes, input_split_sizes,  # noqa: A002
