@@ -165,6 +165,13 @@ def test_collectives_3_python(name):
     _check("collectives", 3, name, env=PYTHON)
 
 
+@pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
+def test_collectives_2_staged(name):
+    """2 processes with every Gloo call staged through host copies: the path the cuda
+    driver takes when ranks share a GPU (Gloo cannot read GPU memory), forced here."""
+    _check("collectives", 2, name, env=NATIVE + (("MCCL_STAGE_GLOO", "1"),))
+
+
 @pytest.mark.parametrize("name", ["init_device_id", "init_cpu_gloo_musa_mccl", "init_env"])
 def test_init_variants(name):
     _check("collectives+init+ddp", 2, name, env=NATIVE)

@@ -107,11 +107,12 @@ def _run_staged(fn, args, kwargs):
     try:
         res = fn(*args, **kwargs)
         _TL.scope = None
-        for w in (res if isinstance(res, (tuple, list)) else (res,)):
-            if isinstance(w, torch.ScriptObject):
-                _c10d.Work.unbox(w).wait()
-        for t, h in scope.values():
-            t.copy_(h)
+        if scope:  # completed eagerly (point-to-point calls took their copies along)
+            for w in (res if isinstance(res, (tuple, list)) else (res,)):
+                if isinstance(w, torch.ScriptObject):
+                    _c10d.Work.unbox(w).wait()
+            for t, h in scope.values():
+                t.copy_(h)
         return res
     finally:
         _TL.scope = None
@@ -319,6 +320,9 @@ class _MusaWork(dist.Work):
 _LIVE: set = set()
 _DONE_WORK = None  # set by _install_kernels
 _CUDA_ALIASES = False  # the aliases are CUDA tensors (cuda driver); set by _install_kernels
+# Gloo calls run on host copies (cuda driver; MCCL_STAGE_GLOO=1 forces it on the host driver,
+# which is how CI exercises that path); set by _install_kernels
+_STAGE_GLOO = False
 _UNTOUCHED_KEEP = 256
 _UNTOUCHED = __import__("collections").deque(maxlen=_UNTOUCHED_KEEP)
 
@@ -327,7 +331,18 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
     """Sync: wait here (errors name the collective). Async: a Work whose future yields ``value``."""
     if work is None:  # NCCL's blocking calls run on the current stream and return no Work
         return _DONE_WORK
-    if getattr(_TL, "scope", None) is not None:  # a staged Gloo call completes here
+    scope = getattr(_TL, "scope", None)
+    if scope is not None and not has_future:
+        # Staged point-to-point (send/recv; reduce_scatter alike): completing it here could
+        # deadlock (the peer may wait for this rank's next call), so a completer thread
+        # waits for it and writes the received host copies back.
+        pairs = [] if name == "send" else list(scope.values())
+        scope.clear()  # nothing left for _run_staged to copy back
+        fut = torch.futures.Future()
+        _completer.submit((_CopyBack(work, [t for t, _ in pairs], [h for _, h in pairs]), fut, name, backend,
+                           tensors, value))
+        return _MusaWork(fut, name).boxed()
+    if scope is not None:  # a staged Gloo call completes here
         try:
             work.wait()
         except Exception as exc:  # noqa: BLE001
@@ -1039,7 +1054,7 @@ def _named_kernel(op_name, fn):
     @functools.wraps(fn)
     def kernel(*args, **kwargs):
         try:
-            if _CUDA_ALIASES and op_name != "monitored_barrier_" and \
+            if _STAGE_GLOO and op_name != "monitored_barrier_" and \
                     _backend(args[group_arg]).name() != "nccl":
                 return _run_staged(fn, args, kwargs)
             return fn(*args, **kwargs)
@@ -1067,7 +1082,9 @@ def _install_kernels():
     from torch_musa import _state
 
     _CUDA_ALIASES = _state.driver == "cuda"
-    if _CUDA_ALIASES:
+    global _STAGE_GLOO
+    _STAGE_GLOO = _CUDA_ALIASES or os.environ.get("MCCL_STAGE_GLOO", "0").strip().lower() in ("1", "on", "true")
+    if _STAGE_GLOO:
         _host_alias = _staged_alias
     lib = torch.library.Library("c10d", "IMPL")
     global NATIVE_OPS
@@ -1078,9 +1095,9 @@ def _install_kernels():
         from torch_musa.distributed import native
 
         NATIVE_OPS = tuple(native.native_ops())  # C++ kernels (csrc/mccl_ops.cpp), when available
-        if NATIVE_OPS and _CUDA_ALIASES:  # the C++ kernels alias as host tensors unless told
+        if NATIVE_OPS and _STAGE_GLOO:  # the C++ kernels alias as host tensors unless told
             try:
-                torch.ops.mccl.set_alias_device("cuda")
+                torch.ops.mccl.set_alias_device("cuda" if _CUDA_ALIASES else "cpu", True)
             except (AttributeError, RuntimeError):  # a build that predates the cuda driver
                 NATIVE_OPS = ()
         for name, fn in _KERNELS.items():

@@ -32,11 +32,15 @@ using c10d::Work;
 // Where the backend reads musa memory: the host (host driver, Gloo) or a CUDA
 // device (cuda driver: NCCL, or Gloo's CUDA paths). Set by mccl.install().
 std::atomic<bool> g_cuda_aliases{false};
+// Gloo calls run on host copies (see Stage below): under the cuda driver, or forced
+// on the host driver (MCCL_STAGE_GLOO=1) so that CI exercises the path.
+std::atomic<bool> g_stage_gloo{false};
 
-void set_alias_device(const std::string& type) {
+void set_alias_device(const std::string& type, bool stage_gloo) {
   TORCH_CHECK(type == "cpu" || type == "cuda", "mccl: alias device must be 'cpu' or 'cuda', got '",
               type, "'");
   g_cuda_aliases.store(type == "cuda");
+  g_stage_gloo.store(stage_gloo);
 }
 
 // Futures of asynchronous works: on a GPU their completion is stream-ordered,
@@ -129,7 +133,7 @@ std::string hint(const std::string& msg) {
 class StageScope {
  public:
   explicit StageScope(const c10::intrusive_ptr<c10d::Backend>& b)
-      : on_(g_cuda_aliases.load(std::memory_order_relaxed) && b->getBackendName() != "nccl") {
+      : on_(g_stage_gloo.load(std::memory_order_relaxed) && b->getBackendName() != "nccl") {
     if (on_) tl_stage = &stage_;
   }
   ~StageScope() {
@@ -503,7 +507,7 @@ TORCH_LIBRARY(mccl, m) {
   m.def("native_ops() -> str[]", &native_ops);
   m.def("forget_group(str group) -> ()", &forget_group);
   m.def("set_first_use_check(bool on) -> ()", &set_first_use_check);
-  m.def("set_alias_device(str type) -> ()", &set_alias_device);
+  m.def("set_alias_device(str type, bool stage_gloo) -> ()", &set_alias_device);
   m.def("premul_factor(__torch__.torch.classes.c10d.ReduceOp op) -> Tensor", &premul_factor);
 }
 
