@@ -11,7 +11,7 @@ The native-cuda training step runs in a worker process without torch_musa,
 driven round by round from this one: once a PrivateUse1 backend is registered,
 PyTorch's autograd engine cannot run a CUDA backward in that process
 (pytorch/pytorch#161129). Writes cuda_driver.json, cuda_driver.md and
-cuda_driver.png to --out.
+cuda_driver.png to --out (with --profile also cuda_driver_gpt2_profile_{musa,cuda}.txt).
 """
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ def bench_gpt2(rounds: int, steps: int, batch: int, seq: int, profile_dir: str |
     if profile_dir:
         for side, prof in (("musa", lambda p: profile_step(musa_step, "musa", steps, p)),
                            ("cuda", lambda p: ask(f"profile {p}", json.loads))):
-            got = prof(os.path.join(profile_dir, f"gpt2_profile_{side}.txt"))
+            got = prof(os.path.join(profile_dir, f"cuda_driver_gpt2_profile_{side}.txt"))
             print(f"profile {side}: host issue {got['issue_ms']:.1f} ms/step, wall {got['wall_ms']:.1f} ms/step",
                   flush=True)
     worker.stdin.close()
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--profile", action="store_true",
-                    help="also write torch.profiler tables of the training step (gpt2_profile_*.txt)")
+                    help="also write torch.profiler tables of the training step (cuda_driver_gpt2_profile_*.txt)")
     ap.add_argument("--cuda-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cuda_worker:

@@ -45,6 +45,6 @@ if [[ " $STAGES " == *" tests "* ]]; then
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
-  $PY benchmarks/bench_cuda_driver.py --out "$RESULTS" || status=1
+  $PY benchmarks/bench_cuda_driver.py --out "$RESULTS" --profile || status=1
 fi
 exit $status

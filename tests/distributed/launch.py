@@ -34,7 +34,18 @@ def free_port(span: int = 40) -> int:
 
 
 def launch(scenario: str, world: int, timeout: float = 90, env: dict | None = None):
-    """Run ``scenario`` on ``world`` processes; return (per-rank results, elapsed s, outputs)."""
+    """Run ``scenario`` on ``world`` processes; return (per-rank results, elapsed s, outputs).
+
+    A port taken between probing and binding (parallel test workers) means one more try.
+    """
+    for attempt in range(3):
+        results, elapsed, logs = _launch_once(scenario, world, timeout, env)
+        if not any("EADDRINUSE" in log for log in logs):
+            break
+    return results, elapsed, logs
+
+
+def _launch_once(scenario: str, world: int, timeout: float, env: dict | None):
     port = free_port()
     tmp = tempfile.mkdtemp(prefix=f"mccl_{scenario}_")
     out = os.path.join(tmp, "res")
