@@ -1,4 +1,5 @@
-"""all_reduce bus bandwidth: mccl on musa tensors vs plain Gloo on CPU tensors.
+"""all_reduce bus bandwidth: mccl on musa tensors vs plain Gloo on CPU tensors
+(or, under the cuda driver with ``--reference nccl``, vs native NCCL on cuda tensors).
 
 Both run in the same processes, one size at a time, alternating rounds
 (mccl, gloo, mccl, gloo, ...) so machine noise hits both alike; each cell is
@@ -12,6 +13,8 @@ convention). ratio = mccl busbw / gloo busbw (target >= 0.95).
     .venv/bin/python benchmarks/bench_mccl.py --native 0           # Python kernels only
     .venv/bin/python benchmarks/bench_mccl.py --sizes 1K,1M,64M --world 3 --rounds 7
     .venv/bin/python benchmarks/bench_mccl.py --json out.json
+    TORCH_MUSA_DRIVER=cuda python benchmarks/bench_mccl.py --reference nccl --sizes 1M,16M,256M,1G
+        # one rank per GPU: mccl (NCCL on musa tensors) vs nccl on cuda tensors
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ def _iters(nbytes: int, budget_s: float) -> int:
 
 
 def worker(rank: int, world: int, port: int, sizes, rounds: int, budget: float, out_path: str | None,
-           stat: str = "min"):
+           stat: str = "min", reference: str = "gloo"):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch
 
@@ -63,13 +66,15 @@ def worker(rank: int, world: int, port: int, sizes, rounds: int, budget: float, 
     dev = torch.device("musa", rank % torch.musa.device_count())
     torch.musa.set_device(dev)
     dist.init_process_group("mccl", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
-    gloo = dist.new_group(backend="gloo")
-    gloo2 = dist.new_group(backend="gloo")  # the noise floor: Gloo against Gloo
+    gloo = dist.new_group(backend="gloo")  # control traffic (barriers, agreeing on iters)
+    ref = dist.new_group(backend=reference)
+    ref2 = dist.new_group(backend=reference)  # the noise floor: the reference against itself
+    ref_dev = torch.device("cuda", dev.index) if reference == "nccl" else torch.device("cpu")
     rows = []
     for nbytes in sizes:
         numel = max(1, nbytes // 4)
         m = torch.ones(numel, device=dev)
-        c = torch.ones(numel)
+        c = torch.ones(numel, device=ref_dev)
         iters = _iters(nbytes, budget)
         # agree on iters (rank 0 decides)
         it = torch.tensor([iters], dtype=torch.int64)
@@ -77,24 +82,28 @@ def worker(rank: int, world: int, port: int, sizes, rounds: int, budget: float, 
         iters = int(it.item())
 
         def timed(t, group):
+            sync = torch.musa.synchronize if t.device.type == "musa" else (
+                torch.cuda.synchronize if t.device.type == "cuda" else (lambda: None))
+            sync()
             dist.barrier(group=gloo)
             t0 = time.perf_counter()
             for _ in range(iters):
                 dist.all_reduce(t, group=group)
+            sync()  # device collectives (NCCL) are stream-ordered: time them to completion
             return (time.perf_counter() - t0) / iters
 
         timed(m, None)  # warm-up every path
-        timed(c, gloo)
-        timed(c, gloo2)
+        timed(c, ref)
+        timed(c, ref2)
         tm, tg, tf = [], [], []
         for r in range(rounds):
             if r % 2 == 0:
                 tm.append(timed(m, None))
-                tg.append(timed(c, gloo))
-                tf.append(timed(c, gloo2))
+                tg.append(timed(c, ref))
+                tf.append(timed(c, ref2))
             else:
-                tf.append(timed(c, gloo2))
-                tg.append(timed(c, gloo))
+                tf.append(timed(c, ref2))
+                tg.append(timed(c, ref))
                 tm.append(timed(m, None))
         # ranks' times differ a little; use the slowest rank's
         pick = min if stat == "min" else statistics.median
@@ -104,17 +113,18 @@ def worker(rank: int, world: int, port: int, sizes, rounds: int, budget: float, 
         factor = 2 * (world - 1) / world
         bw_m = numel * 4 * factor / t_m / 1e9
         bw_g = numel * 4 * factor / t_g / 1e9
-        rows.append({"bytes": numel * 4, "iters": iters, "mccl_us": t_m * 1e6, "gloo_us": t_g * 1e6,
-                     "mccl_busbw_GBps": bw_m, "gloo_busbw_GBps": bw_g, "ratio": bw_m / bw_g,
+        rows.append({"bytes": numel * 4, "iters": iters, "mccl_us": t_m * 1e6, "ref_us": t_g * 1e6,
+                     "mccl_busbw_GBps": bw_m, "ref_busbw_GBps": bw_g, "ratio": bw_m / bw_g,
                      "floor_ratio": t_g / t_f})
         if rank == 0:
             r = rows[-1]
-            print(f"{fmt_size(r['bytes']):>8} {iters:>6} {r['mccl_us']:>12.1f} {r['gloo_us']:>12.1f} "
+            print(f"{fmt_size(r['bytes']):>8} {iters:>6} {r['mccl_us']:>12.1f} {r['ref_us']:>12.1f} "
                   f"{bw_m:>11.3f} {bw_g:>11.3f} {r['ratio']:>7.3f} {r['floor_ratio']:>7.3f}", flush=True)
         del m, c
     if rank == 0 and out_path:
         with open(out_path, "w") as f:
-            json.dump({"world": world, "rounds": rounds, "stat": stat, "rows": rows}, f, indent=1)
+            json.dump({"world": world, "rounds": rounds, "stat": stat, "reference": reference, "rows": rows},
+                      f, indent=1)
     dist.destroy_process_group()
 
 
@@ -126,11 +136,16 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=0.1, help="target seconds per round and backend")
     ap.add_argument("--stat", choices=("min", "median"), default="min", help="per-size statistic over rounds")
     ap.add_argument("--json", default=None, help="write the table as JSON here")
+    ap.add_argument("--reference", choices=("gloo", "nccl"), default="gloo",
+                    help="what mccl is compared with: Gloo on CPU tensors, or (cuda driver, one rank per GPU) "
+                         "NCCL on cuda tensors")
     ap.add_argument("--native", choices=("1", "0", "auto"), default="1",
                     help="MCCL_NATIVE for the ranks: 1 = C++ kernels for the hot collectives (built once "
                          "if torch_musa does not carry them), 0 = Python kernels only (default 1)")
     args = ap.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    if args.reference == "nccl" and os.environ.get("TORCH_MUSA_DRIVER", "host") != "cuda":
+        ap.error("--reference nccl compares on GPUs: run with TORCH_MUSA_DRIVER=cuda, one rank per GPU")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -145,16 +160,18 @@ def main(argv=None):
 
     print(f"all_reduce, {args.world} ranks, float32, {args.stat} of {args.rounds} alternating rounds, "
           f"MCCL_NATIVE={args.native}; busbw = bytes*2(n-1)/n/time")
-    print(f"{'size':>8} {'iters':>6} {'mccl us':>12} {'gloo us':>12} {'mccl GB/s':>11} {'gloo GB/s':>11} "
+    r = args.reference
+    print(f"{'size':>8} {'iters':>6} {'mccl us':>12} {r + ' us':>12} {'mccl GB/s':>11} {r + ' GB/s':>11} "
           f"{'ratio':>7} {'floor':>7}", flush=True)
     t0 = time.time()
-    mp.start_processes(_entry, args=(args.world, port, sizes, args.rounds, args.budget, args.json, args.stat),
+    mp.start_processes(_entry, args=(args.world, port, sizes, args.rounds, args.budget, args.json, args.stat,
+                                     args.reference),
                        nprocs=args.world, start_method="spawn", join=True)
     print(f"({time.time() - t0:.0f} s)")
 
 
-def _entry(rank, world, port, sizes, rounds, budget, out_path, stat):
-    worker(rank, world, port, sizes, rounds, budget, out_path, stat)
+def _entry(rank, world, port, sizes, rounds, budget, out_path, stat, reference):
+    worker(rank, world, port, sizes, rounds, budget, out_path, stat, reference)
 
 
 if __name__ == "__main__":
