@@ -57,6 +57,52 @@ c10::Device kernel_device(c10::DeviceIndex i) {
   return type == c10::DeviceType::CPU ? c10::Device(type) : c10::Device(type, i);
 }
 
+namespace {
+
+// Aliases an op call is done with, kept per thread for the next call: making a
+// TensorImpl + StorageImpl per argument was a tenth of a small op's cost. A
+// pooled alias holds no memory (its DataPtr is dropped on return). Raw owning
+// pointers in initial-exec TLS, read on every op without a TLS call (a thread's
+// pooled aliases, a few hundred bytes, are not freed when it exits).
+constexpr int kPoolSize = 8;
+TORCH_MUSA_FAST_TLS thread_local c10::TensorImpl* tl_pool[kPoolSize];
+TORCH_MUSA_FAST_TLS thread_local int tl_pool_n = 0;
+
+// Re-points a pooled alias at `t`'s memory and metadata.
+at::Tensor reuse(c10::DataPtr dp, const at::Tensor& t) {
+  at::Tensor a(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(
+      tl_pool[--tl_pool_n]));
+  c10::TensorImpl* impl = a.unsafeGetTensorImpl();
+  c10::StorageImpl* as = impl->storage().unsafeGetStorageImpl();
+  as->set_data_ptr_noswap(std::move(dp));
+  as->set_nbytes(t.storage().nbytes());
+  if (impl->dtype() != t.dtype()) impl->set_storage_and_dtype(impl->storage(), t.dtype());
+  if (impl->sizes() != t.sizes() || impl->strides() != t.strides())
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  else if (impl->storage_offset() != t.storage_offset())
+    impl->set_storage_offset(t.storage_offset());
+  if (impl->is_conj() != t.is_conj()) impl->_set_conj(t.is_conj());
+  if (impl->is_neg() != t.is_neg()) impl->_set_neg(t.is_neg());
+  return a;
+}
+
+}  // namespace
+
+void recycle_alias(at::Tensor& a) {
+  c10::TensorImpl* impl = a.unsafeGetTensorImpl();
+  if (tl_pool_n >= kPoolSize || impl == nullptr || !a.has_storage() ||
+      c10::raw::intrusive_ptr::use_count(impl) != 1 || impl->autograd_meta() != nullptr ||
+      impl->_is_zerotensor() || impl->key_set().has(c10::DispatchKey::Python))
+    return;
+  c10::StorageImpl* as = impl->storage().unsafeGetStorageImpl();
+  // Still the musa memory (a kernel that resized it replaced the DataPtr), held by no view.
+  if (c10::raw::intrusive_ptr::use_count(as) != 1 ||
+      as->data_ptr().get_deleter() != &release_storage)
+    return;
+  as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));  // drop the musa storage now
+  tl_pool[tl_pool_n++] = a.unsafeReleaseTensorImpl();
+}
+
 at::Tensor host_alias(const at::Tensor& t) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(s);
@@ -65,6 +111,7 @@ at::Tensor host_alias(const at::Tensor& t) {
                   c10::Device(k.type, k.type == c10::DeviceType::CPU
                                           ? c10::DeviceIndex(-1)
                                           : t.device().index()));
+  if (tl_pool_n > 0 && !t._is_zerotensor()) return reuse(std::move(dp), t);
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), s->nbytes(), std::move(dp),
       k.allocator, /*resizable=*/true);

@@ -12,6 +12,10 @@ namespace torch_musa {
 
 at::Tensor host_alias(const at::Tensor& musa_tensor);
 
+// Hands an alias back when its op call is over: kept for reuse by this thread's
+// next host_alias if nothing else holds it or a view of it (else left alone).
+void recycle_alias(at::Tensor& alias);
+
 // Where the kernels run: CPU under the host driver, CUDA under the cuda
 // driver. `kernel_device(i)` stands for musa:i (-1: the current device).
 c10::DispatchKeySet kernel_keys();

@@ -35,6 +35,11 @@ void set_debug_hook(DebugHook hook) { g_debug_hook = hook; }
 
 HostCall::HostCall(const char* op, const char* overload) : op_(op), overload_(overload) {}
 
+HostCall::~HostCall() {
+  for (Alias& a : aliases_)
+    if (!a.cast) recycle_alias(a.host);
+}
+
 std::string HostCall::op_name() const {
   std::string s = op_;
   if (overload_ && *overload_) s += std::string(".") + overload_;

@@ -36,6 +36,9 @@ class HostCall {
  public:
   // `op` is "aten::add" style (no overload), used for messages and policy.
   explicit HostCall(const char* op, const char* overload = "");
+  ~HostCall();
+  HostCall(const HostCall&) = delete;
+  HostCall& operator=(const HostCall&) = delete;
 
   // Pass 1: every tensor argument, to find the device and check it.
   void see(const at::Tensor& t, const char* arg, bool index_list = false);
