@@ -49,7 +49,9 @@ def _launch_once(scenario: str, world: int, timeout: float, env: dict | None):
     port = free_port()
     tmp = tempfile.mkdtemp(prefix=f"mccl_{scenario}_")
     out = os.path.join(tmp, "res")
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_MUSA_FALLBACK": "silent", **(env or {})}
+    # Workers dump every thread's stack shortly before the kill, so a hang shows where it waits.
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_MUSA_FALLBACK": "silent",
+                "MCCL_TEST_DUMP_AT": str(time.time() + max(1.0, timeout - 5)), **(env or {})}
     t0 = time.monotonic()
     procs = [subprocess.Popen([sys.executable, "-m", "tests.distributed._worker", scenario, str(r), str(world),
                                str(port), out], cwd=ROOT, env=full_env, stdout=subprocess.PIPE,

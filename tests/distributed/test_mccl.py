@@ -190,6 +190,14 @@ def test_functional_collectives():
     _check("fsdp2", 2, "functional_collectives", env=NATIVE)
 
 
+@pytest.mark.parametrize("name", ["functional_collectives", "fsdp2_parity"])
+def test_fsdp2_staged(name):
+    """Staged Gloo (as under the cuda driver): the functional collectives' work registry
+    waits from C++ after the call completed, with the garbage collector run in between
+    (a Python Work gone by then used to hang that wait forever)."""
+    _check("fsdp2", 2, name, env=NATIVE + (("MCCL_STAGE_GLOO", "1"),))
+
+
 def test_fsdp2_tiny_transformer():
     """fully_shard on a 2-layer transformer LM, 2 processes == 1 process, full batch."""
     _check("fsdp2", 2, "fsdp2_parity", env=NATIVE)

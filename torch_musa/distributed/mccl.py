@@ -30,6 +30,7 @@ on the collective's events, as with NCCL on cuda tensors.
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import functools
 import os
@@ -107,13 +108,21 @@ def _run_staged(fn, args, kwargs):
     try:
         res = fn(*args, **kwargs)
         _TL.scope = None
-        if scope:  # completed eagerly (point-to-point calls took their copies along)
-            for w in (res if isinstance(res, (tuple, list)) else (res,)):
-                if isinstance(w, torch.ScriptObject):
-                    _c10d.Work.unbox(w).wait()
-            for t, h in scope.values():
-                t.copy_(h)
-        return res
+        if not scope:  # nothing staged, or point-to-point calls that took their copies along
+            return res
+        parts = list(res) if isinstance(res, (tuple, list)) else [res]
+        outs = [p for p in parts if not isinstance(p, torch.ScriptObject)]
+        for i, w in enumerate(parts):
+            if isinstance(w, torch.ScriptObject):
+                _c10d.Work.unbox(w).wait()
+                # A completed C++ work in its place: the caller (the functional collectives'
+                # registry) may wait again, which a Python work only serves while it lives.
+                value = outs[0] if outs else []
+                parts[i] = _work_from_future(_done_future(
+                    [value] if isinstance(value, torch.Tensor) else value)).boxed()
+        for t, h in scope.values():
+            t.copy_(h)
+        return type(res)(parts) if isinstance(res, (tuple, list)) else parts[0]
     finally:
         _TL.scope = None
 
@@ -249,9 +258,12 @@ class _MusaWork(dist.Work):
     ``wait()`` raises the collective's error (naming it), ``is_completed()``
     polls, ``get_future()`` yields the musa tensors. It is a Python subclass of
     ``Work``: the C++ side (DDP, functional collectives) reaches these methods
-    only while the Python object lives, so ``_LIVE`` keeps it until it has
-    completed and been waited on (or its future taken); works nobody ever
-    waits on are kept for the last ``_UNTOUCHED_KEEP`` of them only.
+    only while the Python object lives (once it is gone, a C++ ``wait()`` falls
+    through to the base ``Work`` and blocks forever), so ``_LIVE`` keeps it
+    until it has completed and been waited on (or its future taken); works
+    nobody ever waits on are kept for the last ``_UNTOUCHED_KEEP`` of them only.
+    Code that waits on a work itself must not hand it on to C++ afterwards
+    (:func:`_run_staged` hands on a completed C++ work instead).
     """
 
     def __init__(self, fut, name, errors=None):
@@ -264,11 +276,9 @@ class _MusaWork(dist.Work):
         fut.add_done_callback(self._on_done)
 
     def _on_done(self, _fut):
-        if self._touched:
-            _LIVE.discard(self)
-        else:
+        if not self._touched:
             _UNTOUCHED.append(self)  # bounded: evicts the oldest
-            _LIVE.discard(self)
+        _LIVE.discard(self)
 
     def _touch(self):
         self._touched = True
@@ -324,7 +334,7 @@ _CUDA_ALIASES = False  # the aliases are CUDA tensors (cuda driver); set by _ins
 # which is how CI exercises that path); set by _install_kernels
 _STAGE_GLOO = False
 _UNTOUCHED_KEEP = 256
-_UNTOUCHED = __import__("collections").deque(maxlen=_UNTOUCHED_KEEP)
+_UNTOUCHED = collections.deque(maxlen=_UNTOUCHED_KEEP)
 
 
 def _finish(name, backend, work, async_op, value, tensors, has_future=True):
