@@ -14,8 +14,8 @@
 * ``aten::scaled_dot_product_attention`` (AutogradPrivateUse1 and
   PrivateUse1): PyTorch 2.13 consults ``_fused_sdp_choice`` only through a
   C++ DispatchStub that an out-of-tree Python backend cannot fill, so this
-  kernel does what PyTorch's composite does for an out-of-tree device: ask
-  ``_fused_sdp_choice``, then call the overrideable op (bool masks converted
+  kernel does what PyTorch's composite does for an out-of-tree device: apply
+  the ``_fused_sdp_choice`` rule, then call the overrideable op (bool masks converted
   to additive ones) or ``_scaled_dot_product_attention_math``.
 
 Flash constraints: 4-D (batch, heads, seq, head_dim) inputs, float16 or
@@ -42,6 +42,7 @@ _installed = False
 _MATH = int(SDPBackend.MATH)
 _FLASH = int(SDPBackend.FLASH_ATTENTION)
 _OVERRIDEABLE = int(SDPBackend.OVERRIDEABLE)
+_FLASH_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def _profile():
@@ -66,7 +67,7 @@ def flash_constraint_failures(query, key, value, attn_mask=None, dropout_p=0.0, 
             f"query, key and value must be 4-D (batch, heads, seq, head_dim); got "
             f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D")
         return fails
-    if query.dtype not in (torch.float16, torch.bfloat16):
+    if query.dtype not in _FLASH_DTYPES:
         fails.append(f"dtype must be float16 or bfloat16; got {query.dtype}")
     elif query.dtype == torch.bfloat16 and not _profile().supports_bf16:
         p = _profile()
@@ -112,6 +113,8 @@ def select_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
     """The ``_fused_sdp_choice`` rule for musa (see the module docstring)."""
     flash_on = torch._C._get_flash_sdp_enabled() or torch._C._get_overrideable_sdp_enabled()
     math_on = torch._C._get_math_sdp_enabled()
+    if math_on and query.dtype not in _FLASH_DTYPES:
+        return _MATH  # flash cannot take it whatever its priority: skip the full constraint list
     fails = None
     for backend in torch._C._get_sdp_priority_order():
         if backend in (_FLASH, _OVERRIDEABLE) and flash_on:
@@ -181,8 +184,9 @@ def _bool_to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
           enable_gqa=False):
-    choice = torch.ops.aten._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal,
-                                              scale=scale, enable_gqa=enable_gqa)
+    # The rule _fused_sdp_choice serves, called directly: a round trip through the
+    # dispatcher into a Python kernel cost more than the choice itself.
+    choice = select_backend(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     # As PyTorch's composite does before either backend: bool masks become additive.
     mask = attn_mask
     if mask is not None and mask.dtype == torch.bool:
