@@ -19,7 +19,7 @@ import torch
 import torch_musa  # noqa: F401
 from torch_musa.testing.models import SmallCNN, SmallTransformer
 
-TARGETS = {"small": 1.5, "large": 1.05, "train": 1.05}
+TARGETS = {"small": 1.25, "large": 1.05, "train": 1.05}  # small: the registry issue's (the foundation's was 1.5)
 
 
 def small_op(name: str, device: str, calls: int):
