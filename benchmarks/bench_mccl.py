@@ -15,6 +15,8 @@ convention). ratio = mccl busbw / gloo busbw (target >= 0.95).
     .venv/bin/python benchmarks/bench_mccl.py --json out.json
     TORCH_MUSA_DRIVER=cuda python benchmarks/bench_mccl.py --reference nccl --sizes 1M,16M,256M,1G
         # one rank per GPU: mccl (NCCL on musa tensors) vs nccl on cuda tensors
+    .venv/bin/python benchmarks/bench_mccl.py --out benchmarks/results
+        # also mccl_vs_<reference>.{json,md,png} there, with the machine described
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import socket
 import statistics
 import sys
@@ -136,6 +139,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=0.1, help="target seconds per round and backend")
     ap.add_argument("--stat", choices=("min", "median"), default="min", help="per-size statistic over rounds")
     ap.add_argument("--json", default=None, help="write the table as JSON here")
+    ap.add_argument("--out", default=None,
+                    help="write mccl_vs_<reference>.{json,md,png} into this folder (machine described)")
     ap.add_argument("--reference", choices=("gloo", "nccl"), default="gloo",
                     help="what mccl is compared with: Gloo on CPU tensors, or (cuda driver, one rank per GPU) "
                          "NCCL on cuda tensors")
@@ -163,11 +168,74 @@ def main(argv=None):
     r = args.reference
     print(f"{'size':>8} {'iters':>6} {'mccl us':>12} {r + ' us':>12} {'mccl GB/s':>11} {r + ' GB/s':>11} "
           f"{'ratio':>7} {'floor':>7}", flush=True)
+    json_path = args.json
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        json_path = json_path or os.path.join(args.out, f"mccl_vs_{r}.json")
     t0 = time.time()
-    mp.start_processes(_entry, args=(args.world, port, sizes, args.rounds, args.budget, args.json, args.stat,
+    mp.start_processes(_entry, args=(args.world, port, sizes, args.rounds, args.budget, json_path, args.stat,
                                      args.reference),
                        nprocs=args.world, start_method="spawn", join=True)
     print(f"({time.time() - t0:.0f} s)")
+    if args.out:
+        with open(json_path) as f:
+            result = json.load(f)
+        result["machine"] = _machine(args.reference)
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
+        write_report(args.out, result)
+
+
+def _machine(reference: str) -> dict:
+    import torch
+
+    m = {"torch": torch.__version__, "python": platform.python_version(), "cpu_count": os.cpu_count(),
+         "platform": platform.platform(), "musa_driver": os.environ.get("TORCH_MUSA_DRIVER", "host")}
+    if reference == "nccl" and torch.cuda.is_available():
+        m["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        m["cuda"] = torch.version.cuda
+        m["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return m
+
+
+def write_report(out: str, result: dict) -> None:
+    """The table as Markdown and the ratio per size as a PNG, next to the JSON."""
+    ref, m = result["reference"], result["machine"]
+    name = f"mccl_vs_{ref}"
+    where = ", ".join(m.get("gpus", [])) or f"{m['cpu_count']} CPU cores"
+    lines = [f"# all_reduce bus bandwidth: mccl vs {ref} ({result['world']} ranks)", "",
+             f"{where}; torch {m['torch']}, musa driver {m['musa_driver']}"
+             + (f", CUDA {m['cuda']}, NCCL {m['nccl']}" if "nccl" in m else "")
+             + f"; {result['stat']} of {result['rounds']} alternating rounds; float32.", "",
+             f"| size | mccl GB/s | {ref} GB/s | ratio | floor | target |", "|---:|---:|---:|---:|---:|---:|"]
+    for row in result["rows"]:
+        lines.append(f"| {fmt_size(row['bytes'])} | {row['mccl_busbw_GBps']:.3f} | {row['ref_busbw_GBps']:.3f} | "
+                     f"{row['ratio']:.3f} | {row['floor_ratio']:.3f} | ≥ 0.95 |")
+    lines += ["", "ratio = mccl busbw / reference busbw; floor = a second, identical reference group "
+                  "against the first (the noise any ratio carries)."]
+    with open(os.path.join(out, name + ".md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no PNG", file=sys.stderr)
+        return
+    rows = result["rows"]
+    xs = [row["bytes"] for row in rows]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.semilogx(xs, [row["ratio"] for row in rows], "o-", label="mccl / " + ref)
+    ax.semilogx(xs, [row["floor_ratio"] for row in rows], "x:", color="grey", label="floor (" + ref + " / itself)")
+    ax.axhline(0.95, color="tab:red", ls="--", lw=1, label="target 0.95")
+    ax.axhline(1.0, color="black", lw=0.6)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth ratio")
+    ax.set_title(f"all_reduce, {result['world']} ranks — {where}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, name + ".png"), dpi=110)
 
 
 def _entry(rank, world, port, sizes, rounds, budget, out_path, stat, reference):
