@@ -43,3 +43,17 @@ def test_sampled_sweep_passes_or_fails_as_expected(results):
     s = opinfo_sweep.summary([r for r in results if (r.op, r.dtype) not in limited])
     assert s["forward_pass_rate"] >= 0.99
     assert s["forward_backward_pass_rate"] >= 0.97
+
+
+def test_summary_separates_the_profile_limit_and_draws_it(tmp_path):
+    R = opinfo_sweep.Result
+    limited = "aten::float_power: dtype Double (argument 'self') " + opinfo_sweep.PROFILE_LIMIT + " MTT S4000."
+    results = [R("add", "float32", "pass", "pass"), R("add", "int64", "pass", "n/a"),
+               R("float_power", "float32", "fail", "skip", limited), R("sum", "bool", "pass", "fail", "grad"),
+               R("cumsum", "float16", "fail", "skip", "mismatch"), R("odd", "bool", "skip", "skip")]
+    s = opinfo_sweep.summary(results)
+    assert (s["pairs"], s["skipped"], s["profile_limited"]) == (5, 1, 1)
+    assert s["forward_pass_rate"] == 3 / 5 and s["forward_backward_pass_rate"] == 2 / 5
+    assert s["allowed_forward_pass_rate"] == 3 / 4 and s["allowed_forward_backward_pass_rate"] == 2 / 4
+    opinfo_sweep.write_png(results, str(tmp_path / "sweep.png"))
+    assert (tmp_path / "sweep.png").stat().st_size > 1000
