@@ -218,7 +218,7 @@ def write_png(results: list[Result], path: str) -> None:
             counts["profile lacks the dtype"][i] += 1
         else:
             counts["other failure"][i] += 1
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(9, 3.6))
     left = [0] * len(dtypes)
     for kind, color in kinds.items():
         ax.barh(dtypes, counts[kind], left=left, color=color, label=kind)
@@ -229,7 +229,7 @@ def write_png(results: list[Result], path: str) -> None:
                  f"{s['allowed_forward_pass_rate']:.2%} / {s['allowed_forward_backward_pass_rate']:.2%})",
                  fontsize=9)
     ax.set_xlabel("op/dtype pairs")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
