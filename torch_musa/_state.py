@@ -11,9 +11,8 @@ from torch_musa.core.profiles import selected_profile
 
 driver = env.driver_name()
 if driver == "cuda":
-    # musa:i is cuda:i under this driver, so the GPUs it sees are CUDA's.
-    if "MUSA_VISIBLE_DEVICES" in os.environ and "CUDA_VISIBLE_DEVICES" not in os.environ:
-        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["MUSA_VISIBLE_DEVICES"]
+    # Before CUDA starts: the GPUs it sees and its allocator's settings are musa's.
+    os.environ.update(env.cuda_driver_env(os.environ))
     if not _C._cuda_driver_built():
         raise RuntimeError(
             "TORCH_MUSA_DRIVER=cuda, but this torch_musa was built without CUDA "
@@ -47,8 +46,9 @@ def configure_runtime() -> None:
         profile.clock_rate_khz * 1e3,
         [int(_scalar_type_index(d)) for d in profile.unsupported_dtypes()],
     )
-    max_split, gc = env.allocator_settings()
-    _C._set_allocator_settings(max_split, gc)
+    if driver != "cuda":  # the cuda driver's allocator is CUDA's, configured through its variable
+        max_split, gc = env.allocator_settings()
+        _C._set_allocator_settings(max_split, gc)
 
 
 def _scalar_type_index(dtype: torch.dtype) -> int:

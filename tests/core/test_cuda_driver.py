@@ -33,6 +33,38 @@ def test_driver_choice(subpython):
                                 else _state.driver)
 
 
+def test_musa_settings_stand_for_the_cuda_ones():
+    from torch_musa.core import env
+
+    given = {"MUSA_VISIBLE_DEVICES": "1", "PYTORCH_MUSA_ALLOC_CONF": "expandable_segments:True"}
+    assert env.cuda_driver_env(given) == {"CUDA_VISIBLE_DEVICES": "1",
+                                          "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    # an explicit CUDA setting wins; nothing musa-side given, nothing set
+    assert env.cuda_driver_env({**given, "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}) == \
+        {"CUDA_VISIBLE_DEVICES": "1"}
+    assert env.cuda_driver_env({"PATH": "/bin"}) == {}
+
+
+@on_cuda
+def test_alloc_conf_reaches_the_cuda_allocator(subpython):
+    r = subpython("""
+        import os
+        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # whatever the machine sets
+        import torch, torch_musa
+        x = torch.empty(1, device="musa")
+        print(torch.cuda.memory_stats()["max_split_size"])
+    """, {"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:32"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == str(32 << 20)
+
+
+@on_cuda
+def test_memory_snapshot_is_the_cuda_allocators():
+    x = torch.empty(1 << 20, device="musa")
+    snap = torch.musa.memory_snapshot()
+    assert any(s["address"] <= x.data_ptr() < s["address"] + s["total_size"] for s in snap)
+
+
 def native_cuda(tmp_path, code: str):
     """Run ``code`` on native cuda in a process without torch_musa; returns its ``result``.
 

@@ -17,6 +17,17 @@ def parse_bytes(text: str, what: str) -> int:
 
 DRIVERS = ("host", "cuda")
 
+# Under the cuda driver musa:i is cuda:i and musa memory is CUDA's caching allocator,
+# so these musa settings stand for the CUDA ones.
+_CUDA_EQUIVALENTS = (("MUSA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+                     ("PYTORCH_MUSA_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"))
+
+
+def cuda_driver_env(environ) -> dict[str, str]:
+    """The CUDA variables to set for the cuda driver: each musa one given, unless its
+    CUDA twin is set already (an explicit CUDA setting wins)."""
+    return {cuda: environ[musa] for musa, cuda in _CUDA_EQUIVALENTS if musa in environ and cuda not in environ}
+
 
 def driver_name() -> str:
     """TORCH_MUSA_DRIVER: 'host' (default, no hardware needed) or 'cuda'."""

@@ -99,6 +99,10 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
 
 def memory_snapshot() -> list[dict[str, Any]]:
     """Every segment the allocator holds, with its blocks."""
+    from torch_musa import _state
+
+    if _state.driver == "cuda":  # musa memory is CUDA's caching allocator there (musa:i is cuda:i)
+        return torch.cuda.memory_snapshot()
     return _C._memory_snapshot()
 
 
