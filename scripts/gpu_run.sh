@@ -7,11 +7,12 @@
 #
 #   bash scripts/gpu_run.sh            # build + tests + benchmark
 #   STAGES="build bench" bash scripts/gpu_run.sh
+#   STAGES="build dist" bash scripts/gpu_run.sh   # only tests/distributed
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 RESULTS=${RESULTS:-benchmarks/results}
-STAGES=${STAGES:-build tests bench}
+STAGES=${STAGES:-build tests dist bench}
 mkdir -p "$RESULTS"
 export MAX_JOBS=${MAX_JOBS:-$(nproc)} PYTHONUNBUFFERED=1
 # The system C++ compiler, not whatever $CXX names: the lent machine sets
@@ -41,14 +42,19 @@ if [[ " $STAGES " == *" tests "* ]]; then
   $PY -m pytest -q -p no:cacheprovider -n "${TEST_JOBS:-8}" --timeout 600 -rfE --ignore=tests/distributed \
     --junitxml="$RESULTS/cuda_driver_tests.xml" tests 2>&1 | tee "$RESULTS/cuda_driver_tests.log"
   status=${PIPESTATUS[0]}
+  echo "tests: exit $status, $(( $(date +%s) - start )) s"
+fi
+
+if [[ " $STAGES " == *" dist "* ]]; then
+  start=$(date +%s)
   # The distributed tests start 2-3 CUDA processes per launch on the one GPU; fewer
   # launches at once keep CUDA context creation from outlasting a collective's timeout.
   $PY -m pytest -q -p no:cacheprovider -n "${DIST_JOBS:-4}" --timeout 600 -rfE \
     --junitxml="$RESULTS/cuda_driver_tests_distributed.xml" tests/distributed 2>&1 \
-    | tee -a "$RESULTS/cuda_driver_tests.log"
+    | tee "$RESULTS/cuda_driver_tests_distributed.log"
   dist_status=${PIPESTATUS[0]}
   (( status == 0 )) && status=$dist_status
-  echo "tests: exit $status, $(( $(date +%s) - start )) s"
+  echo "distributed tests: exit $dist_status, $(( $(date +%s) - start )) s"
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
