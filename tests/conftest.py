@@ -30,21 +30,16 @@ def _restore_device():
 def pytest_collection_modifyitems(config, items):
     """Under the cuda driver, the tests listed in cuda_driver_expected_failures.yaml
     are expected to fail, each for the reason given there (host-driver behaviour
-    a GPU does not have); everything else must pass."""
+    a GPU does not have); everything else must pass. Strict: a listed test that
+    passes fails the run, so the list names exactly what fails."""
     from torch_musa import _state
 
     if _state.driver != "cuda":
         return
-    import fnmatch
-    import pathlib
+    from tests import expected_failures
 
-    import yaml
-
-    listed = yaml.safe_load(
-        (pathlib.Path(__file__).parent / "cuda_driver_expected_failures.yaml").read_text()) or {}
+    listed = expected_failures.load()
     for item in items:
-        for prefix, reason in listed.items():
-            if item.nodeid == prefix or item.nodeid.startswith((prefix + "[", prefix + "/")) or \
-                    item.nodeid.startswith(prefix + "::") or ("*" in prefix and fnmatch.fnmatch(item.nodeid, prefix)):
-                item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
-                break
+        entry = expected_failures.entry_for(item.nodeid, listed)
+        if entry is not None:
+            item.add_marker(pytest.mark.xfail(reason=listed[entry], strict=True))

@@ -3,50 +3,31 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from torch_musa.testing.ports import free_port_block
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def free_port(span: int = 40) -> int:
-    """A free TCP port p such that p..p+span-1 were free when probed."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p + span >= 65535:
-            continue
-        ok = True
-        for q in range(p + 1, p + span):
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", q))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return p
-    raise RuntimeError("no free port range")
 
 
 def launch(scenario: str, world: int, timeout: float = 90, env: dict | None = None):
     """Run ``scenario`` on ``world`` processes; return (per-rank results, elapsed s, outputs).
 
-    A port taken between probing and binding (parallel test workers) means one more try.
+    A port taken between probing and binding means one more try; a worker reports
+    it in its log or, where the scenario caught it, in its result.
     """
     for attempt in range(3):
         results, elapsed, logs = _launch_once(scenario, world, timeout, env)
-        if not any("EADDRINUSE" in log for log in logs):
+        if not any("EADDRINUSE" in text for text in logs + [json.dumps(r) for r in results if r]):
             break
     return results, elapsed, logs
 
 
 def _launch_once(scenario: str, world: int, timeout: float, env: dict | None):
-    port = free_port()
+    port = free_port_block(span=40)
     tmp = tempfile.mkdtemp(prefix=f"mccl_{scenario}_")
     out = os.path.join(tmp, "res")
     # Workers dump every thread's stack shortly before the kill, so a hang shows where it waits.

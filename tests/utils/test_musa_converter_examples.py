@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from torch_musa.testing import gen_ip_port
 from torch_musa.utils.musa_converter import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -97,9 +98,9 @@ def test_converted_ddp_example_trains_on_musa_like_cpu(converted):
     args = ["--world-size", "2", *STEPS]
     env = {**os.environ, "PYTHONPATH": REPO}
     cpu = subprocess.run([sys.executable, os.path.join(EXAMPLES, "train_ddp.py"), *args, "--port",
-                          "29611"], capture_output=True, text=True, env=env, timeout=120)
+                          gen_ip_port()[1]], capture_output=True, text=True, env=env, timeout=120)
     musa = subprocess.run([sys.executable, str(converted / "train_ddp.py"), *args, "--port",
-                           "29612"], capture_output=True, text=True, env=env, timeout=120)
+                           gen_ip_port()[1]], capture_output=True, text=True, env=env, timeout=120)
     assert cpu.returncode == 0 and musa.returncode == 0, musa.stderr[-2000:]
     assert "backend mccl" in musa.stdout
     assert_same_losses(losses(musa.stdout), losses(cpu.stdout))

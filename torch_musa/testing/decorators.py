@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import functools
-import socket
 
 import torch
+
+from .ports import free_port_block
 
 __all__ = [
     "MUSA_AVAILABLE",
@@ -57,9 +58,6 @@ test_on_nonzero_card_if_multiple_musa_device.__test__ = False
 
 
 def gen_ip_port() -> tuple[str, str]:
-    """A (host, port) pair, as strings, for a local rendezvous: the port is one the
-    OS reported free just now, so concurrent test processes do not collide."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return "127.0.0.1", str(port)
+    """A (host, port) pair, as strings, for a local rendezvous: a port free now and
+    outside the range the OS hands out to other sockets (see ``ports``)."""
+    return "127.0.0.1", str(free_port_block())
