@@ -4,11 +4,9 @@ import time
 import pytest
 import torch
 
-CLOCK_HZ = 1.5e9  # MTT S4000 profile
-
-
 def cycles(ms: float) -> int:
-    return int(ms * 1e-3 * CLOCK_HZ)
+    """_sleep cycles for ``ms`` at the device's clock (the profile's, or the GPU's)."""
+    return int(ms * 1e-3 * torch.musa.get_device_properties(0).clock_rate * 1e3)
 
 
 def test_default_and_current_streams():

@@ -5,6 +5,7 @@
 #include "fallback.h"
 
 #include "host_call.h"
+#include "runtime.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -38,12 +39,16 @@ void account(const c10::OperatorHandle& op) {
     }
     if (first || mode == FallbackMode::Error) name = c.name;
   }
+  // The fallback runs the driver's kernel device's kernels: the CPU's on the
+  // host driver, PyTorch's CUDA kernels on the cuda driver.
   TORCH_CHECK(mode != FallbackMode::Error, name,
               " is not in the musa operator registry and "
-              "TORCH_MUSA_FALLBACK=error forbids the CPU fallback.");
+              "TORCH_MUSA_FALLBACK=error forbids the ",
+              c10::DeviceTypeName(driver().kernel_device_type()), " fallback.");
   if (first && mode == FallbackMode::Warn)
     TORCH_WARN(name, " is not in the musa operator registry; it runs through "
-               "the CPU fallback (warned once per op; TORCH_MUSA_FALLBACK="
+               "the ", c10::DeviceTypeName(driver().kernel_device_type()),
+               " fallback (warned once per op; TORCH_MUSA_FALLBACK="
                "silent|warn|error).");
 }
 
