@@ -4,6 +4,7 @@ import time
 import pytest
 import torch
 
+
 def cycles(ms: float) -> int:
     """_sleep cycles for ``ms`` at the device's clock (the profile's, or the GPU's)."""
     return int(ms * 1e-3 * torch.musa.get_device_properties(0).clock_rate * 1e3)
