@@ -432,6 +432,16 @@ def _timeout(opts, timeout):
     return opts
 
 
+def _options(cls, async_op, timeout=-1, **fields):
+    """The backend's options object of one call: ``fields`` as given, async-ness and
+    the call's timeout (ms; negative: the group's)."""
+    o = cls()
+    for k, v in fields.items():
+        setattr(o, k, v)
+    o.asyncOp = async_op
+    return _timeout(o, timeout)
+
+
 def _check_same(name, tensors, what="tensors"):
     """Local consistency: every tensor of one call shares dtype and device (like NCCL)."""
     if len(tensors) > 1:
@@ -562,10 +572,7 @@ def _allreduce_(tensors, process_group, reduce_op, sparse_indices=None, async_op
     key = (code, async_op, timeout)
     o = _AR_OPTS.get(key)
     if o is None:  # options are read-only to the backend: one per (op, async, timeout)
-        o = _c10d.AllreduceOptions()
-        o.reduceOp = _reduce_op(reduce_op, "all_reduce")
-        o.asyncOp = async_op
-        _timeout(o, timeout)
+        o = _options(_c10d.AllreduceOptions, async_op, timeout, reduceOp=_reduce_op(reduce_op, "all_reduce"))
         if len(_AR_OPTS) < 256:
             _AR_OPTS[key] = o
     w = b.allreduce([_host_alias(t) for t in tensors] if tensors[0].device.type == "musa" else _al(tensors), o)
@@ -575,10 +582,8 @@ def _allreduce_(tensors, process_group, reduce_op, sparse_indices=None, async_op
 def _allreduce_coalesced_(tensors, process_group, reduce_op, async_op=True, timeout=-1):
     b = _backend(process_group)
     _check(process_group, "all_reduce_coalesced", _op_name(reduce_op), tensors)
-    o = _c10d.AllreduceCoalescedOptions()
-    o.reduceOp = _reduce_op(reduce_op, "all_reduce_coalesced")
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.AllreduceCoalescedOptions, async_op, timeout,
+                 reduceOp=_reduce_op(reduce_op, "all_reduce_coalesced"))
     f = _premul_factor(reduce_op)
     if f is not None:
         for t in tensors:
@@ -590,11 +595,7 @@ def _allreduce_coalesced_(tensors, process_group, reduce_op, async_op=True, time
 def _broadcast_(tensors, process_group, root_rank, root_tensor, async_op=True, timeout=-1):
     b = _backend(process_group)
     _check(process_group, "broadcast", f"root={root_rank}", tensors)
-    o = _c10d.BroadcastOptions()
-    o.rootRank = root_rank
-    o.rootTensor = root_tensor
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.BroadcastOptions, async_op, timeout, rootRank=root_rank, rootTensor=root_tensor)
     w = b.broadcast(_al(tensors), o)
     return tensors, _finish("broadcast", b, w, async_op, tensors, tensors)
 
@@ -602,12 +603,8 @@ def _broadcast_(tensors, process_group, root_rank, root_tensor, async_op=True, t
 def _reduce_(tensors, process_group, reduce_op, root_rank, root_tensor, async_op=True, timeout=-1):
     b = _backend(process_group)
     _check(process_group, "reduce", f"{_op_name(reduce_op)}, root={root_rank}", tensors)
-    o = _c10d.ReduceOptions()
-    o.reduceOp = _reduce_op(reduce_op, "reduce")
-    o.rootRank = root_rank
-    o.rootTensor = root_tensor
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.ReduceOptions, async_op, timeout,
+                 reduceOp=_reduce_op(reduce_op, "reduce"), rootRank=root_rank, rootTensor=root_tensor)
     f = _premul_factor(reduce_op)
     if f is not None:  # inputs stay as they are (like nccl); the root gets the scaled sum
         tmp = [_scaled(t, f) for t in tensors]
@@ -628,9 +625,7 @@ def _reduce_(tensors, process_group, reduce_op, root_rank, root_tensor, async_op
 
 def _allgather_(output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.AllgatherOptions()
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.AllgatherOptions, async_op, timeout)
     for outs in output_tensors:
         _check_same("all_gather", list(outs) + list(input_tensors), "input and output tensors")
     _check(process_group, "all_gather", "", [input_tensors, output_tensors])
@@ -664,9 +659,7 @@ def _reduce_scatter_in(inp, out):
 
 def _allgather_base_(output_tensor, input_tensor, process_group, async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.AllgatherOptions()
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.AllgatherOptions, async_op, timeout)
     _check_same("all_gather_into_tensor", [output_tensor, input_tensor], "input and output tensors")
     _check(process_group, "all_gather_into_tensor", "", [input_tensor, output_tensor])
     w = b._allgather_base(_gather_out(output_tensor, input_tensor), _a(input_tensor), o)
@@ -675,16 +668,14 @@ def _allgather_base_(output_tensor, input_tensor, process_group, async_op=True, 
 
 def _allgather_coalesced_(output_lists, input_list, process_group, async_op=True):
     b = _backend(process_group)
-    o = _c10d.AllgatherOptions()
-    o.asyncOp = async_op
+    o = _options(_c10d.AllgatherOptions, async_op)
     w = b.allgather_coalesced(_all(output_lists), _al(input_list), o)
     return _finish("all_gather_coalesced", b, w, async_op, output_lists, input_list)
 
 
 def _allgather_into_tensor_coalesced_(outputs, inputs, process_group, async_op=True):
     b = _backend(process_group)
-    o = _c10d.AllgatherOptions()
-    o.asyncOp = async_op
+    o = _options(_c10d.AllgatherOptions, async_op)
     # Gloo has no coalesced variant of its own for every build: issue them in order.
     ws = [b._allgather_base(_a(out), _a(inp), o) for out, inp in zip(outputs, inputs)]
     return _finish_many("all_gather_into_tensor_coalesced", b, ws, async_op, outputs, inputs)
@@ -692,10 +683,8 @@ def _allgather_into_tensor_coalesced_(outputs, inputs, process_group, async_op=T
 
 def _reduce_scatter_(output_tensors, input_tensors, process_group, reduce_op, async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.ReduceScatterOptions()
-    o.reduceOp = _reduce_op(reduce_op, "reduce_scatter")
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.ReduceScatterOptions, async_op, timeout,
+                 reduceOp=_reduce_op(reduce_op, "reduce_scatter"))
     for out, ins in zip(output_tensors, input_tensors):
         _check_same("reduce_scatter", [out] + list(ins), "input and output tensors")
         for t in ins:
@@ -711,10 +700,8 @@ def _reduce_scatter_(output_tensors, input_tensors, process_group, reduce_op, as
 
 def _reduce_scatter_base_(output_tensor, input_tensor, process_group, reduce_op, async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.ReduceScatterOptions()
-    o.reduceOp = _reduce_op(reduce_op, "reduce_scatter_tensor")
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.ReduceScatterOptions, async_op, timeout,
+                 reduceOp=_reduce_op(reduce_op, "reduce_scatter_tensor"))
     _check_same("reduce_scatter_tensor", [output_tensor, input_tensor], "input and output tensors")
     _check(process_group, "reduce_scatter_tensor", _op_name(reduce_op), [output_tensor, input_tensor])
     inp = _reduce_scatter_in(input_tensor, output_tensor)
@@ -728,10 +715,8 @@ def _reduce_scatter_base_(output_tensor, input_tensor, process_group, reduce_op,
 
 def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op, async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.ReduceScatterOptions()
-    o.reduceOp = _reduce_op(reduce_op, "reduce_scatter_tensor_coalesced")
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.ReduceScatterOptions, async_op, timeout,
+                 reduceOp=_reduce_op(reduce_op, "reduce_scatter_tensor_coalesced"))
     f = _premul_factor(reduce_op)
     ws = [b._reduce_scatter_base(_a(out), _a(inp) if f is None else _scaled(inp, f), o)
           for out, inp in zip(outputs, inputs)]
@@ -744,9 +729,7 @@ def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op,
 
 def _alltoall_(output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.AllToAllOptions()
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.AllToAllOptions, async_op, timeout)
     _check_same("all_to_all", list(output_tensors) + list(input_tensors), "input and output tensors")
     _check(process_group, "all_to_all", "", input_tensors, dtype_only=True)
     try:
@@ -774,9 +757,7 @@ def _alltoall_via_base(b, outs, ins, o):
 def _alltoall_base_(output, input, process_group, output_split_sizes, input_split_sizes,  # noqa: A002
                     async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.AllToAllOptions()
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.AllToAllOptions, async_op, timeout)
     _check_same("all_to_all_single", [output, input], "input and output tensors")
     _check(process_group, "all_to_all_single", "", [input], dtype_only=True)
     w = b.alltoall_base(_a(output), _a(input), list(output_split_sizes), list(input_split_sizes), o)
@@ -786,10 +767,7 @@ def _alltoall_base_(output, input, process_group, output_split_sizes, input_spli
 def _gather_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
     b = _backend(process_group)
     _check(process_group, "gather", f"root={root_rank}", input_tensors)
-    o = _c10d.GatherOptions()
-    o.rootRank = root_rank
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.GatherOptions, async_op, timeout, rootRank=root_rank)
     w = b.gather(_all(output_tensors), _al(input_tensors), o)
     return _finish("gather", b, w, async_op, output_tensors, input_tensors)
 
@@ -797,10 +775,7 @@ def _gather_(output_tensors, input_tensors, process_group, root_rank, async_op=T
 def _scatter_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
     b = _backend(process_group)
     _check(process_group, "scatter", f"root={root_rank}", output_tensors)
-    o = _c10d.ScatterOptions()
-    o.rootRank = root_rank
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.ScatterOptions, async_op, timeout, rootRank=root_rank)
     w = b.scatter(_al(output_tensors), _all(input_tensors), o)
     return output_tensors, _finish("scatter", b, w, async_op, output_tensors, input_tensors)
 
@@ -825,9 +800,7 @@ def _recv_any_source_(tensors, process_group, tag):
 
 def _barrier(tensor, process_group, device_ids, async_op=True, timeout=-1):
     b = _backend(process_group)
-    o = _c10d.BarrierOptions()
-    o.asyncOp = async_op
-    _timeout(o, timeout)
+    o = _options(_c10d.BarrierOptions, async_op, timeout)
     w = b.barrier(o)
     return _finish("barrier", b, w, async_op, [], [])
 
