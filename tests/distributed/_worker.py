@@ -594,7 +594,12 @@ def faults(rank, ws):
     """Rank 1 never joins an all_reduce, then exits; rank 0 must raise in time, naming the op."""
     dev = _dev(rank)
     timeout_s = float(os.environ.get("MCCL_TEST_TIMEOUT", "3"))
-    dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=datetime.timedelta(seconds=timeout_s))
+    # The short timeout is the collectives'; the rendezvous gets a long one, since on a
+    # loaded machine (16 launches on one GPU) the peer can take longer than it to start.
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), ws, rank == 0,
+                          timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("mccl", store=store, rank=rank, world_size=ws,
+                            timeout=datetime.timedelta(seconds=timeout_s))
     results = {}
     t = torch.ones(4, device=dev)
     dist.all_reduce(t)  # healthy first
