@@ -27,7 +27,7 @@ csrc = os.path.join("torch_musa", "csrc")
 sources = (
     sorted(glob.glob(os.path.join(csrc, "*.cpp")))
     + sorted(glob.glob(os.path.join(GENERATED, "*.cpp")))
-    + [os.path.join("torch_musa", "distributed", "csrc", "mccl_ops.cpp")]
+    + [os.path.join("torch_musa", "distributed", "csrc", f) for f in ("mccl_ops.cpp", "py_work.cpp")]
 )
 with_cuda = (
     torch.version.cuda is not None

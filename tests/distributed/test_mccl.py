@@ -16,6 +16,7 @@ import torch_musa
 import torch_musa.distributed
 from tests.distributed import launch
 from torch_musa import _state
+from torch_musa.distributed import mccl
 
 torch_musa.distributed.register()
 
@@ -95,9 +96,6 @@ def test_native_kernels_serve_the_hot_ops():
 
 
 def test_engine_choice(monkeypatch):
-    from torch_musa import _state
-    from torch_musa.distributed import mccl
-
     monkeypatch.delenv("MCCL_ENGINE", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     if _state.driver == "host":
@@ -115,11 +113,83 @@ def test_engine_choice(monkeypatch):
         mccl.engine(1)
 
 
+def test_a_work_only_cpp_holds_outlives_its_python_object(subpython):
+    """The functional collectives' registry holds a Work in C++ only. After the Python
+    side has dropped it, and hundreds of other works and garbage collections later,
+    waiting on it still returns the result (a Python Work collected while C++ held
+    it would leave that wait in the base Work::wait forever)."""
+    r = subpython("""
+        import gc, tempfile
+        import torch, torch_musa
+        import torch.distributed as dist
+        import torch.distributed._functional_collectives as funcol
+        store = dist.FileStore(tempfile.mktemp(prefix="mccl_store_"), 1)
+        dist.init_process_group("mccl", store=store, rank=0, world_size=1)
+        x = torch.arange(6.0, device="musa")
+        y = funcol.all_to_all_single(x, None, None, dist.group.WORLD)  # served by a Python kernel
+        gc.collect()
+        for _ in range(300):  # completed works nobody waits on
+            dist.all_to_all_single(torch.empty(6, device="musa"), x, async_op=True)
+        gc.collect()
+        print("same:", torch.equal(funcol.wait_tensor(y).cpu(), x.cpu()))
+        dist.destroy_process_group()
+    """, timeout=60)
+    assert r.returncode == 0 and "same: True" in r.stdout, r.stdout[-1000:] + r.stderr[-2000:]
+
+
+def test_held_work_answers_cpp_and_python_alike():
+    """The C++ Work that holds a Python one forwards every query to it, and a failed
+    future raises through C++ as well, naming the collective."""
+    from torch_musa import _C
+
+    class Failing(dist.Work):
+        def __init__(self, fut):
+            super().__init__()
+            self.fut = fut
+
+        def wait(self, timeout=None):
+            raise mccl.MCCLError("mccl broadcast: peer went away")
+
+        def get_future(self):
+            return self.fut
+
+        def is_completed(self):
+            return True
+
+        def is_success(self):
+            return False
+
+        def exception(self):
+            return RuntimeError("mccl broadcast: peer went away")
+
+        def result(self):
+            return []
+
+    fut = torch.futures.Future()
+    errors = []
+    mccl._fail(fut, errors, mccl.MCCLError("mccl broadcast: peer went away"))
+    w = dist.Work.unbox(mccl._held(Failing(fut)))
+    assert w.is_completed() and not w.is_success() and w.result() == []
+    assert "peer went away" in str(w.exception())
+    with pytest.raises(mccl.MCCLError, match="mccl broadcast"):
+        w.wait()
+    for f in (fut, w.get_future(), _C_work_future(w)):  # the Python future and C++'s view of it
+        with pytest.raises(RuntimeError, match="mccl broadcast: peer went away"):
+            f.wait()
+    with pytest.raises(RuntimeError, match="expects an exception instance"):
+        _C._mccl_set_future_error(torch.futures.Future(), 3)
+
+
+def _C_work_future(w):
+    """The future as a C++ consumer sees it: through a C++ work wrapping it."""
+    from torch._C import _distributed_c10d as c10d
+
+    return c10d._create_work_from_future(w.get_future()).get_future()
+
+
 def test_single_process_group():
     """world_size 1 over a HashStore-backed FileStore: in place, on the device, no copy."""
     import tempfile
-
-    from torch_musa.distributed import mccl
 
     store = dist.FileStore(tempfile.mktemp(prefix="mccl_store_"), 1)
     dist.init_process_group("mccl", store=store, rank=0, world_size=1)

@@ -15,6 +15,7 @@
 namespace torch_musa {
 void register_device();
 void init_nan_check(pybind11::module_& m);
+void init_mccl_py_work(pybind11::module_& m);
 }
 
 namespace {
@@ -176,4 +177,5 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_register_fallback_ops", &register_fallback_for);
   init_nan_check(m);
+  init_mccl_py_work(m);
 }

@@ -30,7 +30,6 @@ on the collective's events, as with NCCL on cuda tensors.
 """
 from __future__ import annotations
 
-import collections
 import datetime
 import functools
 import os
@@ -110,19 +109,12 @@ def _run_staged(fn, args, kwargs):
         _TL.scope = None
         if not scope:  # nothing staged, or point-to-point calls that took their copies along
             return res
-        parts = list(res) if isinstance(res, (tuple, list)) else [res]
-        outs = [p for p in parts if not isinstance(p, torch.ScriptObject)]
-        for i, w in enumerate(parts):
+        for w in (res if isinstance(res, (tuple, list)) else [res]):
             if isinstance(w, torch.ScriptObject):
-                _c10d.Work.unbox(w).wait()
-                # A completed C++ work in its place: the caller (the functional collectives'
-                # registry) may wait again, which a Python work only serves while it lives.
-                value = outs[0] if outs else []
-                parts[i] = _work_from_future(_done_future(
-                    [value] if isinstance(value, torch.Tensor) else value)).boxed()
+                _c10d.Work.unbox(w).wait()  # done before the host copies are written back
         for t, h in scope.values():
             t.copy_(h)
-        return type(res)(parts) if isinstance(res, (tuple, list)) else parts[0]
+        return res
     finally:
         _TL.scope = None
 
@@ -195,9 +187,7 @@ def _settle(out, name, backend, tensors, value, errors, fut):
     try:
         fut.value()
     except Exception as exc:  # noqa: BLE001
-        err = _named_error(name, backend, tensors, exc)
-        errors.append(err)
-        out.set_exception(err)
+        _fail(out, errors, _named_error(name, backend, tensors, exc))
     else:
         out.set_result(value)
 
@@ -226,7 +216,14 @@ class _Completer:
         self._idle = 0
         self._q = queue.SimpleQueue()
 
-    def submit(self, item):
+    def complete(self, work, name, backend, tensors, value):
+        """A held Work that completes (its future yielding ``value``) once ``work`` has,
+        waited on here rather than on a thread per call."""
+        fut, errors = torch.futures.Future(), []
+        self._submit((work, fut, errors, name, backend, tensors, value))
+        return _held(_MusaWork(fut, name, errors))
+
+    def _submit(self, item):
         with self._lock:
             spawn = self._idle == 0
             if not spawn:
@@ -237,14 +234,14 @@ class _Completer:
 
     def _run(self):
         while True:
-            work, fut, name, backend, tensors, value = self._q.get()
+            work, fut, errors, name, backend, tensors, value = self._q.get()
             try:
                 work.wait()
             except Exception as exc:  # noqa: BLE001
-                fut.set_exception(_named_error(name, backend, tensors, exc))
+                _fail(fut, errors, _named_error(name, backend, tensors, exc))
             else:
                 fut.set_result(value)
-            del work, fut, backend, tensors, value
+            del work, fut, errors, backend, tensors, value
             with self._lock:
                 self._idle += 1
 
@@ -256,14 +253,10 @@ class _MusaWork(dist.Work):
     """The Work of an asynchronous mccl collective.
 
     ``wait()`` raises the collective's error (naming it), ``is_completed()``
-    polls, ``get_future()`` yields the musa tensors. It is a Python subclass of
-    ``Work``: the C++ side (DDP, functional collectives) reaches these methods
-    only while the Python object lives (once it is gone, a C++ ``wait()`` falls
-    through to the base ``Work`` and blocks forever), so ``_LIVE`` keeps it
-    until it has completed and been waited on (or its future taken); works
-    nobody ever waits on are kept for the last ``_UNTOUCHED_KEEP`` of them only.
-    Code that waits on a work itself must not hand it on to C++ afterwards
-    (:func:`_run_staged` hands on a completed C++ work instead).
+    polls, ``get_future()`` yields the musa tensors. It is handed out only inside
+    a held Work (:func:`_held`): a Python subclass of ``Work`` lives in its Python
+    object, and C++ holders of it alone (DDP, the functional collectives'
+    registry) would otherwise reach the base ``Work::wait`` once it was collected.
     """
 
     def __init__(self, fut, name, errors=None):
@@ -271,33 +264,17 @@ class _MusaWork(dist.Work):
         self._fut = fut
         self._name = name
         self._errors = errors
-        self._touched = False
-        _LIVE.add(self)
-        fut.add_done_callback(self._on_done)
-
-    def _on_done(self, _fut):
-        if not self._touched:
-            _UNTOUCHED.append(self)  # bounded: evicts the oldest
-        _LIVE.discard(self)
-
-    def _touch(self):
-        self._touched = True
-        if self._fut.done():
-            _LIVE.discard(self)
 
     def wait(self, timeout=None):  # noqa: ARG002  (Gloo enforces the group's timeout)
         try:
             self._fut.wait()
         except Exception:
-            if self._errors:  # the MCCLError itself, not torch's "error when running the callback" wrapper
+            if self._errors:  # the MCCLError itself, not the future's RuntimeError
                 raise self._errors[0] from None
             raise
-        finally:
-            self._touch()
         return True
 
     def get_future(self):
-        self._touch()
         return self._fut
 
     def is_completed(self):
@@ -318,7 +295,7 @@ class _MusaWork(dist.Work):
         return None
 
     def result(self):
-        return self._fut.wait()
+        return list(_flat_tensors(self._fut.wait()))
 
     def synchronize(self):
         self.wait()
@@ -327,14 +304,36 @@ class _MusaWork(dist.Work):
         return f"<mccl Work {self._name} completed={self.is_completed()}>"
 
 
-_LIVE: set = set()
+def _flat_tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _flat_tensors(v)
+
+
+def _held(work):
+    """``work`` boxed inside a C++ Work that owns it: the Python object lives as long
+    as anyone, C++ or Python, holds the Work (csrc/py_work.cpp)."""
+    from torch_musa import _C
+
+    return _C._mccl_hold_work(work).boxed()
+
+
+def _fail(fut, errors, err):
+    """Complete ``fut`` with a real error (seen through C++ as well, unlike
+    ``Future.set_exception``) and keep ``err`` for the Work's ``wait()`` to raise."""
+    from torch_musa import _C
+
+    errors.append(err)
+    _C._mccl_set_future_error(fut, err)
+
+
 _DONE_WORK = None  # set by _install_kernels
 _CUDA_ALIASES = False  # the aliases are CUDA tensors (cuda driver); set by _install_kernels
 # Gloo calls run on host copies (cuda driver; MCCL_STAGE_GLOO=1 forces it on the host driver,
 # which is how CI exercises that path); set by _install_kernels
 _STAGE_GLOO = False
-_UNTOUCHED_KEEP = 256
-_UNTOUCHED = collections.deque(maxlen=_UNTOUCHED_KEEP)
 
 
 def _finish(name, backend, work, async_op, value, tensors, has_future=True):
@@ -348,10 +347,8 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
         # waits for it and writes the received host copies back.
         pairs = [] if name == "send" else list(scope.values())
         scope.clear()  # nothing left for _run_staged to copy back
-        fut = torch.futures.Future()
-        _completer.submit((_CopyBack(work, [t for t, _ in pairs], [h for _, h in pairs]), fut, name, backend,
-                           tensors, value))
-        return _MusaWork(fut, name).boxed()
+        return _completer.complete(_CopyBack(work, [t for t, _ in pairs], [h for _, h in pairs]), name, backend,
+                                   tensors, value)
     if scope is not None:  # a staged Gloo call completes here
         try:
             work.wait()
@@ -375,9 +372,8 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
     elif has_future:
         fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value, errors))
     else:
-        fut = torch.futures.Future()
-        _completer.submit((work, fut, name, backend, tensors, value))
-    return _MusaWork(fut, name, errors).boxed()
+        return _completer.complete(work, name, backend, tensors, value)
+    return _held(_MusaWork(fut, name, errors))
 
 
 _REDUCE_OPS = {int(v): _c10d.ReduceOp(v) for k, v in _c10d.ReduceOp.RedOpType.__members__.items()
@@ -615,9 +611,7 @@ def _reduce_(tensors, process_group, reduce_op, root_rank, root_tensor, async_op
                 for t, x in zip(tensors, tmp):
                     _a(t).copy_(x)
                 return done
-            fut = torch.futures.Future()
-            _completer.submit((_CopyBack(w, [_a(t) for t in tensors], tmp), fut, "reduce", b, tensors, tensors))
-            return _MusaWork(fut, "reduce").boxed()
+            return _completer.complete(_CopyBack(w, [_a(t) for t in tensors], tmp), "reduce", b, tensors, tensors)
         return _finish("reduce", b, w, async_op, tensors, tensors)
     w = b.reduce(_al(tensors), o)
     return _finish("reduce", b, w, async_op, tensors, tensors)
@@ -721,9 +715,7 @@ def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op,
     ws = [b._reduce_scatter_base(_a(out), _a(inp) if f is None else _scaled(inp, f), o)
           for out, inp in zip(outputs, inputs)]
     if async_op:
-        fut = torch.futures.Future()
-        _completer.submit((_Seq(ws), fut, "reduce_scatter_tensor_coalesced", b, inputs, outputs))
-        return _MusaWork(fut, "reduce_scatter_tensor_coalesced").boxed()
+        return _completer.complete(_Seq(ws), "reduce_scatter_tensor_coalesced", b, inputs, outputs)
     return _finish_many("reduce_scatter_tensor_coalesced", b, ws, async_op, outputs, inputs)
 
 
@@ -834,8 +826,8 @@ def _finish_many(name, backend, works, async_op, value, tensors):
         out = torch.futures.Future(devices=[_device_of(value, tensors)])
         errors = []
         all_done.add_done_callback(functools.partial(_settle_all, out, name, backend, tensors, value, errors))
-        return _MusaWork(out, name, errors).boxed()
-    return _MusaWork(all_done.then(_cb), name).boxed()
+        return _held(_MusaWork(out, name, errors))
+    return _held(_MusaWork(all_done.then(_cb), name))
 
 
 def _settle_all(out, name, backend, tensors, value, errors, fut):
@@ -843,9 +835,7 @@ def _settle_all(out, name, backend, tensors, value, errors, fut):
         try:
             sub.value()
         except Exception as exc:  # noqa: BLE001
-            err = _named_error(name, backend, tensors, exc)
-            errors.append(err)
-            out.set_exception(err)
+            _fail(out, errors, _named_error(name, backend, tensors, exc))
             return
     out.set_result(value)
 
