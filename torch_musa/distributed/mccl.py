@@ -362,17 +362,17 @@ def _finish(name, backend, work, async_op, value, tensors, has_future=True):
             raise _named_error(name, backend, tensors, exc) from exc
         # The caller only waits on it (already done): one shared, pre-boxed completed Work.
         return _DONE_WORK
+    if not has_future:
+        return _completer.complete(work, name, backend, tensors, value)
     errors = []
-    if _CUDA_ALIASES and has_future:
+    if _CUDA_ALIASES:
         # Stream-ordered completion: a future on the musa device (its events order the
         # consumers after the collective), set from the backend's CUDA future.
         fut = torch.futures.Future(devices=[_device_of(value, tensors)])
         work.get_future().add_done_callback(
             functools.partial(_settle, fut, name, backend, tensors, value, errors))
-    elif has_future:
-        fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value, errors))
     else:
-        return _completer.complete(work, name, backend, tensors, value)
+        fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value, errors))
     return _held(_MusaWork(fut, name, errors))
 
 
