@@ -36,6 +36,7 @@ torch.utils.rename_privateuse1_backend("musa")
 
 from torch_musa import core as _musa_module  # noqa: E402
 from torch_musa.core import dlpack as _dlpack  # noqa: E402
+from torch_musa.core import jit as _jit  # noqa: E402
 from torch_musa.core import printing as _printing  # noqa: E402
 from torch_musa.ops import dtype_policy as _dtype_policy  # noqa: E402
 from torch_musa.ops import fallback_routes as _fallback_routes  # noqa: E402
@@ -51,6 +52,7 @@ _registry.register_customized()
 _registry.configure_from_env()
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
+_jit.install()  # torch.jit.trace's check compares without the profile's missing dtypes
 
 from torch_musa import amp as _amp  # noqa: E402
 from torch_musa import attention as _attention  # noqa: E402
