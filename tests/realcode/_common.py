@@ -47,3 +47,17 @@ def feature_batches(steps: int, batch: int, features: int, classes: int, seed: i
     g = torch.Generator().manual_seed(seed)
     return [(torch.randn(batch, features, generator=g),
              torch.randint(0, classes, (batch,), generator=g)) for _ in range(steps)]
+
+
+def train_steps(model: nn.Module, opt: torch.optim.Optimizer, batches, device, loss_fn
+                ) -> list[float]:
+    """One optimizer step per batch; the losses as Python floats."""
+    losses = []
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses

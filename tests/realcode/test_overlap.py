@@ -167,18 +167,10 @@ CASES = [
      "computes"),
 ]
 
-# Cases musa still gets wrong today (the runtime fix is under way, issue 18): each
-# fails loudly (strict) once it passes, so take it out of this set then.
-_PARTIAL_OVERLAP_UNSEEN = {
-    name for name, _, cpu in CASES if cpu == "raises"
-} - {"add_inplace_on_expanded"}
+# Cases musa still gets wrong today: each fails loudly (strict) once it passes, so
+# take it out of this dict then.
 FAILING_TODAY = {
-    **{name: "issue 18 item 4: each musa argument gets its own host storage, so the host "
-             "kernel does not see the partial overlap and writes silently"
-       for name in _PARTIAL_OVERLAP_UNSEEN},
-    "is_set_to": "issue 18 item 4: is_set_to through the fallback compares two host storages "
-                 "and answers False for tensors over one musa storage",
-    "storage_resize_to_zero_keeps_device": "issue 18 item 4: resize_storage_bytes(0) installs an "
+    "storage_resize_to_zero_keeps_device": "issue 18 item 3: resize_storage_bytes(0) installs an "
                                            "empty DataPtr whose device is the CPU, so the storage "
                                            "reports device cpu until it grows again",
 }
