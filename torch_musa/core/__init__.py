@@ -1,5 +1,13 @@
 """``torch.musa``: the device module, a mirror of ``torch.cuda``."""
-from torch_musa.core._lazy import _is_in_bad_fork, _lazy_call, _lazy_init, init, is_initialized
+from torch_musa.core import _lazy
+from torch_musa.core._lazy import (
+    DeferredMusaCallError,
+    _is_in_bad_fork,
+    _lazy_call,
+    _lazy_init,
+    init,
+    is_initialized,
+)
 from torch_musa.core.device import (
     _get_device_index,
     can_device_access_peer,
@@ -81,9 +89,13 @@ def _is_compiled() -> bool:
     return True
 
 
-def __getattr__(name):
+def __getattr__(name: str):
     if name == "default_generators":
         from torch_musa.core.random import default_generators
 
         return default_generators()
+    # `_initialized` reads live, as torch.cuda's module global does
+    # (torch.utils.checkpoint saves the device RNG only when it is true).
+    if name == "_initialized":
+        return _lazy.is_initialized()
     raise AttributeError(f"module 'torch.musa' has no attribute {name!r}")

@@ -25,9 +25,12 @@ def get_rng_state_all() -> list[torch.Tensor]:
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "musa") -> None:
-    idx = _get_device_index(device, optional=True)
+    if isinstance(device, (str, torch.device)) and torch.device(device).type != "musa":
+        raise ValueError(f"Expected a musa device, but got: {device}")
     state = new_state.clone(memory_format=torch.contiguous_format)
-    _lazy._lazy_call(lambda: _generator(idx).set_state(state))
+    # The index is resolved when the call runs: before the first tensor, the
+    # call waits for initialisation (as on CUDA) instead of forcing it.
+    _lazy._lazy_call(lambda: _generator(_get_device_index(device, optional=True)).set_state(state))
 
 
 def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
@@ -39,7 +42,7 @@ def manual_seed(seed: int) -> None:
     """Seed the current device's generator."""
     seed = int(seed)
     idx = _C._get_device()
-    _lazy._lazy_call(lambda: _generator(idx).manual_seed(seed))
+    _lazy._lazy_call(lambda: _generator(idx).manual_seed(seed), seed=True)
 
 
 def manual_seed_all(seed: int) -> None:
@@ -49,13 +52,13 @@ def manual_seed_all(seed: int) -> None:
         for i in range(device_count()):
             _generator(i).manual_seed(seed)
 
-    _lazy._lazy_call(cb)
+    _lazy._lazy_call(cb, seed_all=True)
 
 
 def seed() -> None:
     """Seed the current device's generator with a random number."""
     idx = _C._get_device()
-    _lazy._lazy_call(lambda: _generator(idx).seed())
+    _lazy._lazy_call(lambda: _generator(idx).seed(), seed=True)
 
 
 def seed_all() -> None:
@@ -64,7 +67,7 @@ def seed_all() -> None:
         for i in range(1, device_count()):
             _generator(i).manual_seed(s)
 
-    _lazy._lazy_call(cb)
+    _lazy._lazy_call(cb, seed_all=True)
 
 
 def initial_seed() -> int:

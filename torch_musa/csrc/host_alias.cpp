@@ -118,6 +118,10 @@ at::Tensor host_alias(const at::Tensor& t) {
   return make_like(c10::Storage(std::move(storage)), k.keys, t);
 }
 
+at::Tensor host_alias_over(const c10::Storage& host_storage, const at::Tensor& t) {
+  return make_like(host_storage, kernel_side().keys, t);
+}
+
 at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like) {
   return make_like(storage, kMusaKeys, like);
 }

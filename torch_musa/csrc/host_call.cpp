@@ -89,13 +89,28 @@ void HostCall::unsupported(const at::Tensor& t, const char* arg) {
 
 at::Tensor HostCall::to_host(const at::Tensor& t, bool written, bool borrow) {
   if (!t.defined() || !t.is_privateuseone()) return t;
-  at::Tensor h = host_alias(t);
   bool cast = false;
+  at::Tensor h;
   if (C10_UNLIKELY(is_double(t.scalar_type()) && !dtype_supported(t.scalar_type()) &&
                    double_cast_enabled() && !exempt(op_))) {
-    h = h.to(t.scalar_type() == at::kDouble ? at::kFloat : at::kComplexFloat);
+    h = host_alias(t).to(t.scalar_type() == at::kDouble ? at::kFloat : at::kComplexFloat);
     cast = downcast_ = true;
+  } else if (!t._is_zerotensor()) {
+    // The host kernel must see musa arguments' sharing as the CPU device sees
+    // its own: one tensor passed twice (add_'s self and out) is one host
+    // tensor, and tensors over one musa storage share one host storage.
+    c10::StorageImpl* ms = t.storage().unsafeGetStorageImpl();
+    for (Alias& a : aliases_) {
+      if (a.cast || a.musa->storage().unsafeGetStorageImpl() != ms) continue;
+      if (a.musa->unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+        a.written |= written;
+        return a.host;
+      }
+      h = host_alias_over(a.host.storage(), t);
+      break;
+    }
   }
+  if (!h.defined()) h = host_alias(t);
   aliases_.push_back({h, borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
                                  : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
                       written, cast});

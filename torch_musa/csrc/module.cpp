@@ -9,6 +9,7 @@
 #include "runtime.h"
 
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 
 #include <torch/extension.h>
 
@@ -141,7 +142,13 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_cuda_driver_built", &cuda_driver_built);
   m.def("_is_initialized", &is_initialized);
-  m.def("_mark_initialized", &mark_initialized);
+  // Python's lazy init done: torch's own flag too, which torch.accelerator.synchronize
+  // and the tensor factories read (else synchronize returns at once in a process
+  // whose first musa work was a stream's, not a tensor's).
+  m.def("_mark_initialized", [] {
+    mark_initialized();
+    torch::utils::set_requires_device_init(c10::DeviceType::PrivateUse1, false);
+  });
   m.def("_get_device", [] { return int(current_device()); });
   m.def("_set_device", [](int d) { set_current_device(c10::DeviceIndex(d)); });
   m.def("_check_device", [](int d) { check_device(c10::DeviceIndex(d)); });

@@ -120,8 +120,13 @@ bool copyable(const at::Tensor& t) {
 // non_blocking is honoured by the kernels' own copy (the host driver copies
 // eagerly; the cuda driver enqueues on the current stream).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  at::Tensor src = self.is_privateuseone() ? host_alias(self) : self;
   at::Tensor out = dst.is_privateuseone() ? host_alias(dst) : dst;
+  // One host storage for one musa storage: the host copy then refuses a
+  // partial overlap (x[1:] = x[:-1]) as the CPU device does.
+  at::Tensor src = !self.is_privateuseone() ? self
+                   : dst.is_privateuseone() && self.storage().is_alias_of(dst.storage())
+                       ? host_alias_over(out.storage(), self)
+                       : host_alias(self);
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
   out.copy_(src, non_blocking);
@@ -230,9 +235,30 @@ at::Tensor dropout(const at::Tensor& input, double p, bool train) {
   return input.mul(noise);
 }
 
+// Module.to() keeps Parameter objects (and so tied weights, optimizers built
+// before the move, hooks) only when this answers True for the old and new
+// tensor, as it does for CPU/CUDA pairs. Stock c10 lists only its own dense
+// backends; the real torch_musa patches TensorImpl.h to add PrivateUse1. Any
+// pair with a musa tensor dispatches here, so musa joins the dense set without
+// a patch.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  const c10::DispatchKeySet a = self.key_set(), b = from.key_set();
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(b)) return true;
+  auto dense = [](c10::DispatchKeySet ks) {
+    constexpr auto backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit,
+         c10::BackendComponent::MPSBit, c10::BackendComponent::HIPBit,
+         c10::BackendComponent::XPUBit, c10::BackendComponent::HPUBit,
+         c10::BackendComponent::MTIABit, c10::BackendComponent::PrivateUse1Bit});
+    return ks.has(c10::DispatchKey::Dense) && ks.has_any(backends);
+  };
+  return dense(a) && dense(b);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", at::native::as_strided_tensorimpl);
