@@ -41,6 +41,7 @@ from torch_musa.core import printing as _printing  # noqa: E402
 from torch_musa.ops import dtype_policy as _dtype_policy  # noqa: E402
 from torch_musa.ops import fallback_routes as _fallback_routes  # noqa: E402
 from torch_musa.ops import registry as _registry  # noqa: E402
+from torch_musa.ops import rnn_cells as _rnn_cells  # noqa: E402
 
 torch._register_device_module("musa", _musa_module)
 torch.utils.generate_methods_for_privateuse1_backend(
@@ -49,6 +50,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 _C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
 _fallback_routes.install()
 _registry.register_customized()
+_rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
 _registry.configure_from_env()
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
