@@ -54,6 +54,7 @@ _rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
 _registry.configure_from_env()
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
+_musa_module.comm.install()  # torch.nn.parallel (DataParallel) across musa devices
 _jit.install()  # torch.jit.trace's check compares without the profile's missing dtypes
 
 from torch_musa import amp as _amp  # noqa: E402

@@ -1,5 +1,5 @@
 """``torch.musa``: the device module, a mirror of ``torch.cuda``."""
-from torch_musa.core import _lazy
+from torch_musa.core import _lazy, comm
 from torch_musa.core._lazy import (
     DeferredMusaCallError,
     _is_in_bad_fork,
