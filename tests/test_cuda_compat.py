@@ -217,3 +217,88 @@ def test_env_switch_with_autoload():
                    env={"TORCH_MUSA_CUDA_COMPAT": "1", "CUDA_VISIBLE_DEVICES": "1",
                         "MUSA_VISIBLE_DEVICES": None})
         assert r.stdout.split() == ["1", "1"], r.stderr[-2000:]
+
+
+DEVICE_SPELLINGS = r'''
+import torch, torch_musa
+from torch_musa import cuda_compat as cc
+assert cc.is_enabled()
+cuda = torch.cuda
+# CUDA's spellings of a device, and the musa index each names (device 0 is current).
+spellings = [("cuda", 0), ("cuda:0", 0), ("cuda:1", 1), (torch.device("cuda"), 0),
+             (torch.device("cuda", 1), 1), (0, 0), (1, 1)]
+x = torch.ones(1 << 10, device="cuda:1")
+for d, i in spellings:
+    assert cuda.Stream(device=d).device == torch.device("musa", i), d
+    assert cuda.Stream(d, priority=-1).device_index == i, d
+    assert cuda.ExternalStream(5, device=d).device_index == i, d
+    assert cuda.current_stream(d).device_index == cuda.default_stream(device=d).device_index == i
+    with cuda.device(d):
+        assert cuda.current_device() == i, d
+    assert cuda.current_device() == 0
+    cuda.set_device(d); assert cuda.current_device() == i; cuda.set_device(0)
+    cuda.synchronize(d); cuda.synchronize(device=d)
+    assert cuda.memory_allocated(d) == cuda.memory_allocated(device=d) == torch.musa.memory_allocated(i)
+    assert cuda.max_memory_allocated(device=d) == torch.musa.max_memory_allocated(i)
+    assert cuda.memory_reserved(d) == torch.musa.memory_reserved(i)
+    assert cuda.mem_get_info(d) == torch.musa.mem_get_info(i)
+    assert cuda.memory_stats(device=d)["allocated_bytes.all.current"] == torch.musa.memory_allocated(i)
+    cuda.reset_peak_memory_stats(d)
+    assert cuda.get_device_properties(d).uuid == torch.musa.get_device_properties(i).uuid
+    assert cuda.get_device_properties(device=d).uuid == torch.musa.get_device_properties(i).uuid
+    assert cuda.get_device_capability(d) == torch.musa.get_device_capability(i)
+    assert cuda.get_rng_state(d).equal(torch.musa.get_rng_state(i))
+assert torch.musa.memory_allocated(1) >= x.nbytes > torch.musa.memory_allocated(0)
+assert cuda.can_device_access_peer("cuda:0", peer_device=torch.device("cuda", 1))
+cuda.set_device(-1); assert cuda.current_device() == 0          # as on CUDA: no device, no-op
+with cuda.device(-1):
+    assert cuda.current_device() == 0
+with cuda.stream(cuda.Stream("cuda:1")):
+    assert cuda.current_device() == 1
+assert isinstance(cuda.device(0), cuda.device) and isinstance(cuda.current_stream(), cuda.Stream)
+for bad, err in (("cpu", "Expected a musa device, but got: cpu"), ("cuda:7", "valid indices are 0..1")):
+    try:
+        cuda.Stream(device=bad)
+    except (ValueError, IndexError) as e:
+        assert err in str(e), e
+    else:
+        raise SystemExit(f"Stream(device={bad!r}) accepted")
+# the default generators are musa's, as torch.cuda's are CUDA's
+assert [str(g.device) for g in cuda.default_generators] == ["musa:0", "musa:1"]
+cuda.manual_seed_all(7); assert cuda.default_generators[1].initial_seed() == 7
+
+# timm's data prefetcher, unmodified
+device = torch.device("cuda")
+stream = cuda.Stream(device=device)
+batch = torch.arange(8.0).reshape(2, 4).pin_memory()
+with cuda.stream(stream):
+    nxt = batch.to(device=device, non_blocking=True).float().sub_(1.0).div_(2.0)
+cuda.current_stream(device=device).wait_stream(stream)
+nxt.record_stream(cuda.current_stream())
+assert nxt.device == torch.device("musa", 0) and nxt.cpu().equal((batch - 1) / 2)
+
+# PyTorch takes the device for CUDA, not ROCm, and finds every property it reads
+from packaging.version import Version
+assert torch.version.hip is None and Version(torch.version.cuda) >= Version("12")
+from torch._inductor.codecache import CacheBase
+assert CacheBase.get_system()["device"]["name"] == "MTT S4000"     # read gcnArchName before
+from torch._inductor.runtime.hints import DeviceProperties
+hints = DeviceProperties.create(torch.device("cuda", 1))
+assert (hints.multi_processor_count, hints.regs_per_multiprocessor, hints.warp_size) == (128, 65536, 32)
+p = cuda.get_device_properties("cuda:1")
+assert p.gcnArchName == p.name and p.max_threads_per_block <= p.max_threads_per_multi_processor
+cc.disable()
+assert torch.version.cuda is None
+try:
+    torch.musa.Stream(device="cuda")
+except ValueError:
+    pass
+else:
+    raise SystemExit("'cuda' still names a musa device after disable()")
+print("SPELLINGS-OK")
+'''
+
+
+def test_every_torch_cuda_device_argument_takes_cuda_spellings():
+    r = python(DEVICE_SPELLINGS, env={"TORCH_MUSA_CUDA_COMPAT": "1"})
+    assert r.returncode == 0 and "SPELLINGS-OK" in r.stdout, r.stderr[-3000:]

@@ -13,6 +13,12 @@ What it does (``enable()``; ``disable()`` undoes it):
   (also checkpoints saved on CUDA, loaded without ``map_location``),
   ``torch.Generator``, ``torch.set_default_device``, ``torch.autocast`` /
   ``torch.cuda.amp.autocast`` and ``GradScaler`` go to musa.
+* Every device argument of ``torch.cuda.*`` (``Stream``, ``ExternalStream``,
+  ``device``, ``set_device``, ``synchronize``, ``current_stream``, memory,
+  ``get_device_properties``, ...) takes ``"cuda"``, ``"cuda:N"``,
+  ``torch.device("cuda", N)`` and ints, as CUDA's do.
+* ``torch.version.cuda`` names a CUDA release (``_patch_version`` says why), so
+  PyTorch does not take the device for ROCm.
 * ``init_process_group("nccl")`` (and ``"cpu:gloo,cuda:nccl"``) uses ``mccl``.
 * ``CUDA_VISIBLE_DEVICES`` (and the other CUDA variables of the mapping
   table) is honoured when the MUSA name is unset.
@@ -24,6 +30,7 @@ table shared with ``musa-converter``, whose report flags the same call sites.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import threading
 import warnings
@@ -32,6 +39,9 @@ import torch
 
 import torch_musa  # noqa: F401  (registers the musa device first)
 from torch_musa.utils.musa_converter.table import load_table, review_items
+
+# The module, not the ``device`` class that torch_musa.core exports under its name.
+_musa_device = importlib.import_module("torch_musa.core.device")
 
 __all__ = ["enable", "disable", "is_enabled", "maybe_enable_from_env", "limitations",
            "apply_env_aliases", "ENV_VAR"]
@@ -150,11 +160,19 @@ def _wrap_device_fn(fn):
     return wrapper
 
 
-_KEEP_CLASSES = {"Stream", "Event", "ExternalStream", "StreamContext", "OutOfMemoryError"}
+# Classes go across as they are (isinstance and subclassing keep working): their
+# device arguments take CUDA's spellings through the alias set in _patch_torch_cuda.
+_KEEP_CLASSES = {"Stream", "Event", "ExternalStream", "StreamContext", "OutOfMemoryError",
+                 "device", "device_of"}
 
 
 def _patch_torch_cuda():
     musa = torch.musa
+    # Every torch.musa device argument is read by one function; it takes "cuda",
+    # "cuda:N" and torch.device("cuda", N) while the layer is on (also as keyword
+    # arguments of any name, and inside the classes above).
+    _set(_musa_device, "_ALIASES", frozenset(
+        cuda for cuda, target in _table().devices.items() if target == "musa"))
     for name in dir(musa):
         if name.startswith("_") or not hasattr(torch.cuda, name):
             continue
@@ -166,10 +184,34 @@ def _patch_torch_cuda():
             _set(torch.cuda, name, value)
         else:
             _set(torch.cuda, name, _wrap_device_fn(value))
+    # torch.musa serves it from a module __getattr__, which dir() does not list.
+    _set(torch.cuda, "default_generators", torch.musa.default_generators)
     # A few names torch.musa spells differently or does not need.
     _set(torch.cuda, "is_available", lambda: torch.musa.is_available())
     _set(torch.cuda, "_lazy_init", lambda: torch.musa._lazy_init())
     _set(torch.cuda, "is_initialized", lambda: torch.musa.is_initialized())
+
+
+# What torch.version.cuda reads under the layer when torch itself has no CUDA.
+CUDA_VERSION = "12.8"
+
+
+def _patch_version():
+    """``torch.version.cuda`` names a CUDA release (``torch.version.hip`` is None).
+
+    PyTorch tells its two GPU builds apart by these strings: with
+    ``torch.cuda.is_available()`` true, ``torch.version.cuda is None`` means ROCm,
+    and then it reads ROCm-only things (inductor's cache key takes
+    ``gcnArchName`` for a ``gfx`` target, HIP compilers, AMD wave sizes). Under
+    this layer the device plays CUDA's part, so the CUDA answer must be non-None.
+    Which release it names matters only to code that compiles CUDA sources
+    (nvcc, NVRTC, ``cpp_extension``), which cannot run on musa whatever it reads;
+    libraries that gate features on an old toolkit (bf16 before CUDA 11, ...)
+    must see a current one, hence a CUDA 12 release. A torch built with CUDA
+    (the cuda driver's) keeps its own string; ``disable()`` restores None.
+    """
+    if torch.version.cuda is None:
+        _set(torch.version, "cuda", CUDA_VERSION)
 
 
 def _patch_nvtx():
@@ -391,6 +433,7 @@ def enable() -> None:
             return
         set_names = apply_env_aliases()
         _patch_torch_cuda()
+        _patch_version()
         _patch_nvtx()
         _patch_amp()
         _patch_factories()

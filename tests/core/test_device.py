@@ -71,6 +71,37 @@ def test_properties_of_the_default_profile():
     assert torch.musa.can_device_access_peer(0, 1) and not torch.musa.can_device_access_peer(0, 0)
 
 
+# Every field of CUDA's device properties (torch/csrc/cuda/Module.cpp): PyTorch reads
+# them (inductor's heuristics and cache key, the profiler's trace, _device_limits).
+CUDA_PROPERTY_FIELDS = (
+    "name", "major", "minor", "total_memory", "multi_processor_count", "is_integrated",
+    "is_multi_gpu_board", "max_threads_per_multi_processor", "max_threads_per_block",
+    "warp_size", "regs_per_multiprocessor", "shared_memory_per_block",
+    "shared_memory_per_block_optin", "shared_memory_per_multiprocessor", "gcnArchName",
+    "uuid", "L2_cache_size", "clock_rate", "memory_clock_rate", "memory_bus_width",
+    "pci_bus_id", "pci_device_id", "pci_domain_id",
+)
+
+
+def test_properties_carry_every_cuda_field():
+    import uuid
+
+    p0, p1 = torch.musa.get_device_properties(0), torch.musa.get_device_properties("musa:1")
+    missing = [f for f in CUDA_PROPERTY_FIELDS if not hasattr(p0, f)]
+    assert not missing, missing
+    assert p0.gcnArchName == p0.name  # as CUDA builds of PyTorch answer (ROCm: a gfx target)
+    assert p0.warp_size == 32 and p0.max_threads_per_block % p0.warp_size == 0
+    assert p0.max_threads_per_block <= p0.max_threads_per_multi_processor
+    assert p0.shared_memory_per_block <= p0.shared_memory_per_block_optin \
+        <= p0.shared_memory_per_multiprocessor
+    # S4000: 384-bit GDDR6 at 16 Gb/s, 768 GB/s (CUDA's units: kHz, bits)
+    assert 2 * p0.memory_clock_rate * 1e3 * p0.memory_bus_width / 8 == 768e9
+    # one device, one identity: distinct valid UUIDs and PCI bus ids
+    assert uuid.UUID(p0.uuid) != uuid.UUID(p1.uuid) and p0.pci_bus_id != p1.pci_bus_id
+    assert all(isinstance(getattr(p0, f), int) for f in CUDA_PROPERTY_FIELDS
+               if f not in ("name", "gcnArchName", "uuid"))
+
+
 @pytest.mark.parametrize("profile,name,cap,mem,bf16", [
     ("s80", "MTT S80", (2, 1), 16 << 30, False),
     ("S4000", "MTT S4000", (2, 2), 48 << 30, True),

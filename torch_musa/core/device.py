@@ -11,13 +11,18 @@ from torch_musa.core import _lazy
 
 _device_t = torch.device | str | int | None
 
+# Other device types that name musa devices: torch_musa.cuda_compat adds "cuda"
+# while it is enabled, so every device argument of torch.cuda.* (torch.musa.*
+# then) takes CUDA's spellings.
+_ALIASES: frozenset[str] = frozenset()
+
 
 def _get_device_index(device: _device_t, optional: bool = False) -> int:
     """The musa index that ``device`` names; the current one for None/'musa'."""
     if isinstance(device, str):
         device = torch.device(device)
     if isinstance(device, torch.device):
-        if device.type != "musa":
+        if device.type != "musa" and device.type not in _ALIASES:
             raise ValueError(f"Expected a musa device, but got: {device}")
         device = device.index
     if device is None:
@@ -44,7 +49,14 @@ def current_device() -> int:
     return _C._get_device()
 
 
+def _no_device(device: Any) -> bool:
+    """None or a negative index: no device, which torch.cuda's setters skip."""
+    return device is None or (isinstance(device, int) and device < 0)
+
+
 def set_device(device: _device_t) -> None:
+    if _no_device(device):
+        return
     idx = _get_device_index(device, optional=True)
     _lazy._lazy_init()
     _C._set_device(idx)
@@ -54,7 +66,7 @@ class device:
     """Context manager that changes the current musa device."""
 
     def __init__(self, device: Any):
-        self.idx = -1 if device is None else _get_device_index(device, optional=True)
+        self.idx = -1 if _no_device(device) else _get_device_index(device, optional=True)
         self.prev_idx = -1
 
     def __enter__(self):
@@ -86,26 +98,52 @@ def synchronize(device: _device_t = None) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _MusaDeviceProperties:
+    """The fields of CUDA's device properties, which PyTorch and CUDA code read.
+
+    ``gcnArchName`` is the device name, as on CUDA builds of PyTorch (ROCm
+    alone puts a ``gfx`` target there).
+    """
+
     name: str
     major: int
     minor: int
     total_memory: int
     multi_processor_count: int
-    clock_rate: int
     is_integrated: bool
     is_multi_gpu_board: bool
+    max_threads_per_multi_processor: int
+    max_threads_per_block: int
+    warp_size: int
+    regs_per_multiprocessor: int
+    shared_memory_per_block: int
+    shared_memory_per_block_optin: int
+    shared_memory_per_multiprocessor: int
     L2_cache_size: int
+    clock_rate: int
+    memory_clock_rate: int
+    memory_bus_width: int
     uuid: str
-    warp_size: int = 32
-    max_threads_per_multi_processor: int = 2048
+    pci_bus_id: int
+    pci_device_id: int
+    pci_domain_id: int
+
+    @property
+    def gcnArchName(self) -> str:  # noqa: N802 (CUDA's spelling)
+        return self.name
 
     def __repr__(self) -> str:
         return (
             f"_MusaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
             f"total_memory={self.total_memory // (1 << 20)}MB, "
             f"multi_processor_count={self.multi_processor_count}, uuid={self.uuid}, "
+            f"pci_bus_id={self.pci_bus_id}, pci_device_id={self.pci_device_id}, "
+            f"pci_domain_id={self.pci_domain_id}, "
             f"L2_cache_size={self.L2_cache_size // (1 << 20)}MB)"
         )
+
+
+# Simulated devices sit on consecutive PCI buses from here, one per physical index.
+_FIRST_PCI_BUS = 0x10
 
 
 def get_device_properties(device: _device_t = None) -> _MusaDeviceProperties:
@@ -119,11 +157,23 @@ def get_device_properties(device: _device_t = None) -> _MusaDeviceProperties:
         minor=p.minor,
         total_memory=_state.capacity_bytes,
         multi_processor_count=p.multi_processor_count,
-        clock_rate=p.clock_rate_khz,
         is_integrated=False,
         is_multi_gpu_board=False,
-        L2_cache_size=8 << 20,
-        uuid=f"4d555341-{p.key:0>4.4}-4000-8000-{physical:012x}",
+        max_threads_per_multi_processor=p.max_threads_per_multi_processor,
+        max_threads_per_block=p.max_threads_per_block,
+        warp_size=p.warp_size,
+        regs_per_multiprocessor=p.regs_per_multiprocessor,
+        shared_memory_per_block=p.shared_memory_per_block,
+        shared_memory_per_block_optin=p.shared_memory_per_block_optin,
+        shared_memory_per_multiprocessor=p.shared_memory_per_multiprocessor,
+        L2_cache_size=p.l2_cache_size,
+        clock_rate=p.clock_rate_khz,
+        memory_clock_rate=p.memory_clock_rate_khz,
+        memory_bus_width=p.memory_bus_width,
+        uuid=f"4d555341-{p.major:02x}{p.minor:02x}-4000-8000-{physical:012x}",  # "MUSA", arch
+        pci_bus_id=_FIRST_PCI_BUS + physical,
+        pci_device_id=0,
+        pci_domain_id=0,
     )
 
 

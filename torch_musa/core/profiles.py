@@ -27,6 +27,19 @@ class HardwareProfile:
     num_devices: int
     supports_bf16: bool
     supports_fp64: bool
+    # The rest of what CUDA device properties carry and PyTorch reads (inductor's
+    # heuristics, the profiler's trace, torch.cuda._device_limits): modeled values,
+    # in CUDA's units (bytes, kHz, bits).
+    memory_clock_rate_khz: int = 8_000_000
+    memory_bus_width: int = 384
+    l2_cache_size: int = 8 << 20
+    warp_size: int = 32
+    max_threads_per_block: int = 1024
+    max_threads_per_multi_processor: int = 2048
+    regs_per_multiprocessor: int = 64 << 10
+    shared_memory_per_block: int = 48 << 10
+    shared_memory_per_block_optin: int = 64 << 10
+    shared_memory_per_multiprocessor: int = 64 << 10
 
     @property
     def arch(self) -> int:
@@ -45,9 +58,16 @@ class HardwareProfile:
 PROFILES = {
     p.key: p
     for p in (
-        HardwareProfile("s80", "MTT S80", 2, 1, 16 * GiB, 32, 1_800_000, 2, False, False),
+        # GDDR6: 256 bits at 14 Gb/s (448 GB/s).
+        HardwareProfile("s80", "MTT S80", 2, 1, 16 * GiB, 32, 1_800_000, 2, False, False,
+                        memory_clock_rate_khz=7_000_000, memory_bus_width=256),
+        # GDDR6: 384 bits at 16 Gb/s (768 GB/s).
         HardwareProfile("s4000", "MTT S4000", 2, 2, 48 * GiB, 128, 1_500_000, 2, True, False),
-        HardwareProfile("s5000", "MTT S5000", 3, 1, 80 * GiB, 128, 1_600_000, 2, True, True),
+        # HBM-class: 5120 bits at 3.2 Gb/s (2 TB/s); a newer arch's larger on-chip memories.
+        HardwareProfile("s5000", "MTT S5000", 3, 1, 80 * GiB, 128, 1_600_000, 2, True, True,
+                        memory_clock_rate_khz=1_600_000, memory_bus_width=5120,
+                        l2_cache_size=32 << 20, shared_memory_per_block_optin=160 << 10,
+                        shared_memory_per_multiprocessor=192 << 10),
     )
 }
 DEFAULT_PROFILE = "s4000"
@@ -61,6 +81,11 @@ def gpu_profile() -> HardwareProfile:
     of ~0.7 ms, which made every bf16 autocast op pay it (GPT-2 step 1.19x native).
     """
     props = torch.cuda.get_device_properties(0)
+    extra = {}
+    for ours, cuda_name in _CUDA_PROPERTY_NAMES.items():
+        value = getattr(props, cuda_name, None)
+        if value:
+            extra[ours] = int(value)
     return HardwareProfile(
         "cuda",
         f"{props.name} (cuda driver)",
@@ -72,7 +97,23 @@ def gpu_profile() -> HardwareProfile:
         torch.cuda.device_count(),
         True,
         True,
+        **extra,
     )
+
+
+# Profile field -> the CUDA device property that gives it under the cuda driver.
+_CUDA_PROPERTY_NAMES = {
+    "memory_clock_rate_khz": "memory_clock_rate",
+    "memory_bus_width": "memory_bus_width",
+    "l2_cache_size": "L2_cache_size",
+    "warp_size": "warp_size",
+    "max_threads_per_block": "max_threads_per_block",
+    "max_threads_per_multi_processor": "max_threads_per_multi_processor",
+    "regs_per_multiprocessor": "regs_per_multiprocessor",
+    "shared_memory_per_block": "shared_memory_per_block",
+    "shared_memory_per_block_optin": "shared_memory_per_block_optin",
+    "shared_memory_per_multiprocessor": "shared_memory_per_multiprocessor",
+}
 
 
 def selected_profile(driver: str | None = None) -> HardwareProfile:
