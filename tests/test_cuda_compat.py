@@ -238,11 +238,13 @@ for d, i in spellings:
     assert cuda.current_device() == 0
     cuda.set_device(d); assert cuda.current_device() == i; cuda.set_device(0)
     cuda.synchronize(d); cuda.synchronize(device=d)
-    assert cuda.memory_allocated(d) == cuda.memory_allocated(device=d) == torch.musa.memory_allocated(i)
+    assert cuda.memory_allocated(d) == cuda.memory_allocated(device=d) \
+        == torch.musa.memory_allocated(i)
     assert cuda.max_memory_allocated(device=d) == torch.musa.max_memory_allocated(i)
     assert cuda.memory_reserved(d) == torch.musa.memory_reserved(i)
     assert cuda.mem_get_info(d) == torch.musa.mem_get_info(i)
-    assert cuda.memory_stats(device=d)["allocated_bytes.all.current"] == torch.musa.memory_allocated(i)
+    stats = cuda.memory_stats(device=d)
+    assert stats["allocated_bytes.all.current"] == torch.musa.memory_allocated(i)
     cuda.reset_peak_memory_stats(d)
     assert cuda.get_device_properties(d).uuid == torch.musa.get_device_properties(i).uuid
     assert cuda.get_device_properties(device=d).uuid == torch.musa.get_device_properties(i).uuid
@@ -256,7 +258,8 @@ with cuda.device(-1):
 with cuda.stream(cuda.Stream("cuda:1")):
     assert cuda.current_device() == 1
 assert isinstance(cuda.device(0), cuda.device) and isinstance(cuda.current_stream(), cuda.Stream)
-for bad, err in (("cpu", "Expected a musa device, but got: cpu"), ("cuda:7", "valid indices are 0..1")):
+for bad, err in (("cpu", "Expected a musa device, but got: cpu"),
+                 ("cuda:7", "valid indices are 0..1")):
     try:
         cuda.Stream(device=bad)
     except (ValueError, IndexError) as e:
@@ -284,7 +287,8 @@ from torch._inductor.codecache import CacheBase
 assert CacheBase.get_system()["device"]["name"] == "MTT S4000"     # read gcnArchName before
 from torch._inductor.runtime.hints import DeviceProperties
 hints = DeviceProperties.create(torch.device("cuda", 1))
-assert (hints.multi_processor_count, hints.regs_per_multiprocessor, hints.warp_size) == (128, 65536, 32)
+assert (hints.multi_processor_count, hints.regs_per_multiprocessor, hints.warp_size) \
+    == (128, 65536, 32)
 p = cuda.get_device_properties("cuda:1")
 assert p.gcnArchName == p.name and p.max_threads_per_block <= p.max_threads_per_multi_processor
 cc.disable()

@@ -1,6 +1,7 @@
 """TorchScript on musa: torch.jit.trace with its default check on every profile
 (the check compares in float64), its reports as on the CPU, torch.jit.script,
 and save/load onto musa devices."""
+import copy
 import io
 import warnings
 
@@ -21,17 +22,11 @@ class Net(torch.nn.Module):
         return self.fc(h) + self.shift, h.half()
 
 
-def _copy(cpu, device):
-    net = Net().eval()
-    net.load_state_dict(cpu.state_dict())
-    return net.to(device)
-
-
 @pytest.fixture
 def nets():
     torch.manual_seed(0)
     cpu = Net().eval()
-    return cpu, _copy(cpu, "musa"), torch.randn(3, 2, 6, 6)
+    return cpu, copy.deepcopy(cpu).to("musa"), torch.randn(3, 2, 6, 6)
 
 
 def _tracer_reports(fn, *args, **kwargs):
