@@ -64,6 +64,9 @@ def test_properties_of_the_default_profile():
     p = torch.musa.get_device_properties(0)
     assert p.name == "MTT S4000" and (p.major, p.minor) == (2, 2)
     assert p.total_memory == 48 << 30
+    # 384-bit GDDR6 at 16 Gb/s: 768 GB/s (CUDA's units: kHz, bits)
+    assert 2 * p.memory_clock_rate * 1e3 * p.memory_bus_width / 8 == 768e9
+    assert p.uuid != torch.musa.get_device_properties(1).uuid
     assert torch.musa.get_device_capability() == (2, 2)
     assert torch.musa.get_device_name("musa:1") == "MTT S4000"
     assert torch.musa.is_bf16_supported()
@@ -86,20 +89,21 @@ CUDA_PROPERTY_FIELDS = (
 def test_properties_carry_every_cuda_field():
     import uuid
 
-    p0, p1 = torch.musa.get_device_properties(0), torch.musa.get_device_properties("musa:1")
+    props = [torch.musa.get_device_properties(i) for i in range(torch.musa.device_count())]
+    p0 = props[0]
     missing = [f for f in CUDA_PROPERTY_FIELDS if not hasattr(p0, f)]
     assert not missing, missing
+    assert all(isinstance(getattr(p0, f), int) for f in CUDA_PROPERTY_FIELDS
+               if f not in ("name", "gcnArchName", "uuid"))
     assert p0.gcnArchName == p0.name  # as CUDA builds of PyTorch answer (ROCm: a gfx target)
     assert p0.warp_size == 32 and p0.max_threads_per_block % p0.warp_size == 0
     assert p0.max_threads_per_block <= p0.max_threads_per_multi_processor
     assert p0.shared_memory_per_block <= p0.shared_memory_per_block_optin \
         <= p0.shared_memory_per_multiprocessor
-    # S4000: 384-bit GDDR6 at 16 Gb/s, 768 GB/s (CUDA's units: kHz, bits)
-    assert 2 * p0.memory_clock_rate * 1e3 * p0.memory_bus_width / 8 == 768e9
-    # one device, one identity: distinct valid UUIDs and PCI bus ids
-    assert uuid.UUID(p0.uuid) != uuid.UUID(p1.uuid) and p0.pci_bus_id != p1.pci_bus_id
-    assert all(isinstance(getattr(p0, f), int) for f in CUDA_PROPERTY_FIELDS
-               if f not in ("name", "gcnArchName", "uuid"))
+    assert p0.memory_clock_rate > 0 and p0.memory_bus_width > 0 and p0.L2_cache_size > 0
+    # one device, one identity: valid, distinct UUIDs and PCI locations
+    assert len({uuid.UUID(p.uuid) for p in props}) == len(props)
+    assert len({(p.pci_domain_id, p.pci_bus_id, p.pci_device_id) for p in props}) == len(props)
 
 
 @pytest.mark.parametrize("profile,name,cap,mem,bf16", [

@@ -8,11 +8,16 @@ import torch
 from torch.utils.dlpack import DLDeviceType
 
 
+# Every device there is (the cuda driver on one GPU has musa:0 alone).
+DEVICES = [f"musa:{i}" for i in range(torch.musa.device_count())]
+LAST = DEVICES[-1]
+
+
 def cycles(ms: float) -> int:
     return int(ms * 1e-3 * torch.musa.get_device_properties(0).clock_rate * 1e3)
 
 
-@pytest.mark.parametrize("where", ["musa:0", "musa:1"])
+@pytest.mark.parametrize("where", DEVICES)
 def test_dlpack_device_is_the_extension_device_of_the_cpp_mapping(where):
     x = torch.ones(2, device=where)
     dev = x.__dlpack_device__()
@@ -21,7 +26,7 @@ def test_dlpack_device_is_the_extension_device_of_the_cpp_mapping(where):
     assert torch.ones(2).__dlpack_device__() == (DLDeviceType.kDLCPU, 0)  # CPU untouched
 
 
-@pytest.mark.parametrize("where", ["musa:0", "musa:1"])
+@pytest.mark.parametrize("where", DEVICES)
 def test_from_dlpack_is_zero_copy_and_writes_go_both_ways(where):
     x = torch.arange(6.0, device=where)
     y = torch.from_dlpack(x)
@@ -77,8 +82,8 @@ def test_device_and_copy_arguments():
     x = torch.arange(4.0, device="musa")
     on_cpu = torch.from_dlpack(x, device="cpu")
     assert on_cpu.device.type == "cpu" and on_cpu.tolist() == [0, 1, 2, 3]
-    on1 = torch.from_dlpack(x, device="musa:1")
-    assert on1.device == torch.device("musa", 1) and on1.cpu().tolist() == [0, 1, 2, 3]
+    on_last = torch.from_dlpack(x, device=LAST)
+    assert on_last.device == torch.device(LAST) and on_last.cpu().tolist() == [0, 1, 2, 3]
     copied = torch.from_dlpack(x, copy=True)
     assert copied.device == x.device and copied.data_ptr() != x.data_ptr()
     same = torch.from_dlpack(x, device="musa:0", copy=False)

@@ -42,11 +42,18 @@ def _tracer_reports(fn, *args, **kwargs):
     return lines, error
 
 
+def _same_as_eager_and_cpu(got, eager, cpu):
+    """The trace runs the eager kernels (bit-identical); the device computes the CPU's
+    result (a loose bound: under the cuda driver, cuDNN and TF32 differ from the CPU)."""
+    for g, e, c in zip(got, eager, cpu):
+        assert g.device == e.device and torch.equal(g, e)
+        torch.testing.assert_close(g.cpu(), c, rtol=1e-2, atol=1e-2)
+
+
 def test_trace_with_default_check_matches_the_cpu(nets):
     cpu, musa, x = nets
     traced = torch.jit.trace(musa, x.to("musa"))  # check_trace=True compares in float64
-    for got, want in zip(traced(x.to("musa")), cpu(x)):
-        assert got.device.type == "musa" and torch.equal(got.cpu(), want)
+    _same_as_eager_and_cpu(traced(x.to("musa")), musa(x.to("musa")), cpu(x))
 
 
 def test_trace_check_reports_nondeterminism_and_divergence_as_on_the_cpu():
@@ -79,24 +86,23 @@ def test_trace_check_of_half_and_complex_outputs():
 
     x = torch.rand(4) + 0.5
     traced = torch.jit.trace(f, x.to("musa"))
-    for got, want in zip(traced(x.to("musa")), f(x)):
-        assert torch.equal(got.cpu(), want)
+    _same_as_eager_and_cpu(traced(x.to("musa")), f(x.to("musa")), f(x))
 
 
 def test_script_and_trace_save_and_load_onto_musa(nets):
     cpu, musa, x = nets
-    want = cpu(x)
+    last = torch.musa.device_count() - 1
     scripted = torch.jit.script(musa)
     traced = torch.jit.trace(musa, x.to("musa"))
     for module in (scripted, traced):
         buf = io.BytesIO()
         torch.jit.save(module, buf)
-        for where in ("musa", "musa:1", torch.device("musa", 1), None):
+        for where in ("musa", f"musa:{last}", torch.device("musa", last), None):
             buf.seek(0)
             loaded = torch.jit.load(buf, map_location=where)
             dev = torch.device(where if where is not None else "musa:0")
             dev = torch.device(dev.type, dev.index or 0)
             assert {p.device for p in loaded.parameters()} == {dev}
             assert loaded.shift.device == dev
-            for got, ref in zip(loaded(x.to(dev)), want):
-                assert got.device == dev and torch.equal(got.cpu(), ref)
+            _same_as_eager_and_cpu(loaded(x.to(dev)), copy.deepcopy(cpu).to(dev)(x.to(dev)),
+                                   cpu(x))

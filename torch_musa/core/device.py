@@ -146,11 +146,21 @@ class _MusaDeviceProperties:
 _FIRST_PCI_BUS = 0x10
 
 
+def _pci_location(physical: int) -> tuple[int, int, int]:
+    """(bus, device, domain): the GPU's own under the cuda driver (NUMA binding reads it)."""
+    from torch_musa import _state
+    if _state.driver == "cuda":
+        props = torch.cuda.get_device_properties(physical)
+        return tuple(int(getattr(props, f"pci_{n}_id", 0)) for n in ("bus", "device", "domain"))
+    return _FIRST_PCI_BUS + physical, 0, 0
+
+
 def get_device_properties(device: _device_t = None) -> _MusaDeviceProperties:
     idx = _get_device_index(device, optional=True)
     from torch_musa import _state
     p = _state.profile
     physical = _state.physical_indices[idx]
+    pci_bus, pci_device, pci_domain = _pci_location(physical)
     return _MusaDeviceProperties(
         name=p.name,
         major=p.major,
@@ -171,9 +181,9 @@ def get_device_properties(device: _device_t = None) -> _MusaDeviceProperties:
         memory_clock_rate=p.memory_clock_rate_khz,
         memory_bus_width=p.memory_bus_width,
         uuid=f"4d555341-{p.major:02x}{p.minor:02x}-4000-8000-{physical:012x}",  # "MUSA", arch
-        pci_bus_id=_FIRST_PCI_BUS + physical,
-        pci_device_id=0,
-        pci_domain_id=0,
+        pci_bus_id=pci_bus,
+        pci_device_id=pci_device,
+        pci_domain_id=pci_domain,
     )
 
 
