@@ -8,7 +8,6 @@ compared at a tolerance of a few float32 ulps of the values involved.
 """
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 
@@ -22,8 +21,6 @@ def _model():
     return nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 3))
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="issue 18 item 5: nn.DataParallel on musa (torch._C._scatter missing)")
 def test_data_parallel_trains_like_one_device():
     model = nn.DataParallel(_model()).to("musa")
     assert model.device_ids == [0, 1], "DataParallel should take every musa device by default"

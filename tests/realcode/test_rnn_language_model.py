@@ -2,6 +2,10 @@
 it: Embedding, a two-layer LSTM or GRU with dropout, a decoder tied to the
 embedding, truncated backpropagation through time (the hidden state detached
 between chunks), clip_grad_norm_ and a hand-written SGD update on ``p.data``.
+
+musa runs CUDA's fused LSTM/GRU cells, which add the four gate terms in another
+order than the CPU's unfused cell, so the runs agree to float32 rounding (a few
+ulps of the values; measured: 5e-7 on parameters of size 0.6), not bit for bit.
 """
 from __future__ import annotations
 
@@ -12,12 +16,8 @@ from torch import nn
 
 from ._common import assert_same, assert_same_params, params_of
 
-# Narrowed to the missing kernel: once LSTM runs, a wrong result fails loudly.
-RNN_FIXED = pytest.mark.xfail(
-    strict=True, raises=NotImplementedError, reason="issue 18 item 4: LSTM/GRU on musa (_thnn_fused_lstm_cell / "
-                        "_thnn_fused_gru_cell have no CPU kernel for the fallback)")
-
 VOCAB, EMB, BPTT, BATCH = 40, 24, 6, 4
+TOL = {"atol": 2e-6, "rtol": 1e-5}
 
 
 class RNNModel(nn.Module):
@@ -81,13 +81,13 @@ def _train(rnn_type, device, lr=5.0, clip=0.2):
     return losses, norms, params_of(model), out.cpu()
 
 
-@RNN_FIXED
 @pytest.mark.parametrize("rnn_type", ["LSTM", "GRU"])
 def test_word_language_model_trains_as_on_the_cpu(rnn_type):
     losses, norms, params, evaluated = _train(rnn_type, "musa")
     cpu_losses, cpu_norms, cpu_params, cpu_evaluated = _train(rnn_type, "cpu")
-    assert losses == cpu_losses
-    assert norms == cpu_norms
-    assert_same_params(params, cpu_params, f"{rnn_type} language model")
-    assert_same(evaluated, cpu_evaluated, "evaluation log-probabilities")
+    assert_same(torch.tensor(losses), torch.tensor(cpu_losses), "losses", **TOL)
+    assert_same(torch.tensor(norms), torch.tensor(cpu_norms), "clipped gradient norms", **TOL)
+    assert min(norms) > 0.2, "clip_grad_norm_ never clipped: the case tests less than it says"
+    assert_same_params(params, cpu_params, f"{rnn_type} language model", **TOL)
+    assert_same(evaluated, cpu_evaluated, "evaluation log-probabilities", **TOL)
     assert torch.equal(params["decoder.weight"], params["encoder.weight"])
