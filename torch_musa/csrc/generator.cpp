@@ -73,7 +73,7 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
   TORCH_CHECK(storage->resizable(),
               "Trying to resize storage that is not resizable");
   const auto device = storage->device();
-  c10::DataPtr fresh;
+  c10::DataPtr fresh(nullptr, device);  // resized to 0, the storage stays musa's
   if (nbytes)
     fresh = device_allocator().allocate_on(device.index(), nbytes, device);
   const size_t keep = std::min(nbytes, storage->nbytes());
