@@ -17,12 +17,15 @@ import warnings
 from dataclasses import asdict, dataclass
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 import torch_musa  # noqa: F401
 
+# PROFILE_LIMIT and TOL are part of this module's interface (its tests read them).
+from .sweep_common import (PROFILE_LIMIT, TOL, compare, draw_counts, load_testing_db,  # noqa: F401
+                           profile_limited, rate, to_device, weighted_grads)
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool]
-TOL = {torch.float16: (1e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float32: (1.3e-6, 1e-5)}
 MAX_SAMPLES = 3
 # Their values are uninitialised memory: compare shape, dtype and device only.
 UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
@@ -37,52 +40,14 @@ class Result:
     reason: str = ""
 
 
-def _to(x, device):
-    if isinstance(x, torch.Tensor):
-        y = x.detach().to(device)
-        return y.requires_grad_(x.requires_grad) if y.is_floating_point() or y.is_complex() else y
-    return x
-
-
 def _to_musa_arg(x):
     if isinstance(x, torch.Tensor):
-        return _to(x, "musa")
+        return to_device(x, "musa")
     if isinstance(x, torch.device) and x.type == "cpu":
         return torch.device("musa")
     if x == "cpu":
         return "musa"
     return x
-
-
-def _compare(a, b, dtype, values: bool = True) -> None:
-    fa, _ = tree_flatten(a)
-    fb, _ = tree_flatten(b)
-    assert len(fa) == len(fb), f"{len(fa)} outputs on cpu, {len(fb)} on musa"
-    rtol, atol = TOL.get(dtype, (0, 0))
-    for x, y in zip(fa, fb):
-        if isinstance(x, torch.Tensor):
-            assert isinstance(y, torch.Tensor), f"cpu gave a tensor, musa gave {type(y).__name__}"
-            assert y.device.type == "musa", f"result on {y.device}, expected musa"
-            if not values:
-                assert (x.shape, x.dtype) == (y.shape, y.dtype), f"{x.shape}/{x.dtype} vs {y.shape}/{y.dtype}"
-                continue
-            torch.testing.assert_close(y.cpu(), x, rtol=rtol, atol=atol, equal_nan=True,
-                                       check_dtype=True, check_stride=False)
-        elif isinstance(x, float) and x != x:
-            assert y != y
-        else:
-            assert x == y, f"{x!r} != {y!r}"
-
-
-def _grads(inputs, out):
-    """Gradients of a weighted sum of the outputs with respect to every input."""
-    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
-    ins = [t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
-    if not outs or not ins:
-        return None
-    loss = sum((o.float() * (1 + torch.arange(o.numel(), device=o.device).reshape(o.shape) % 3)).sum()
-               for o in outs)
-    return torch.autograd.grad(loss, ins, allow_unused=True)
 
 
 def run_case(op, dtype) -> Result:
@@ -107,38 +72,25 @@ def run_case(op, dtype) -> Result:
         torch.manual_seed(0)
         try:
             got = op(musa_in[0], *musa_in[1], **musa_in[2])
-            _compare(ref, got, dtype, values=op.name not in UNINITIALIZED)
+            compare(ref, got, dtype, values=op.name not in UNINITIALIZED)
         except Exception as e:
             return Result(name, label, "fail", "skip", f"forward: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
         if backward and bwd == "pass":
             try:
-                g_ref = _grads(cpu_in, ref)
+                g_ref = weighted_grads(cpu_in, ref)
             except Exception:
                 continue  # the CPU cannot differentiate this sample either
             try:
-                g_got = _grads(musa_in, got)
+                g_got = weighted_grads(musa_in, got)
                 if g_ref is not None:
-                    _compare(list(g_ref), list(g_got), dtype)
+                    compare(list(g_ref), list(g_got), dtype)
             except Exception as e:
                 bwd, reason = "fail", f"backward: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     return Result(name, label, fwd, bwd, reason)
 
 
-def _load_op_db():
-    """PyTorch's OpInfo list. Importing it runs its test harness's
-    ``torch.backends.disable_global_flags()``, which would make later plain
-    ``torch.backends.cudnn.benchmark = True`` lines in the same process raise;
-    the flag is put back as it was."""
-    flags_were_free = not torch.backends.flags_frozen()
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    if flags_were_free:  # torch.backends wraps its module: reach the real globals
-        torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
-    return op_db
-
-
 def cases(sample: int = 1, offset: int = 0):
-    op_db = _load_op_db()
+    op_db = load_testing_db("common_methods_invocations", "op_db")
 
     from torch_musa import _state
 
@@ -168,18 +120,10 @@ def sweep(sample: int = 1, offset: int = 0, progress: bool = False) -> list[Resu
     return results
 
 
-# The error a profile without the dtype raises (csrc/host_call.cpp, HostCall::unsupported).
-PROFILE_LIMIT = "is not supported by the musa hardware profile"
-
-
-def _profile_limited(r: Result) -> bool:
-    return PROFILE_LIMIT in r.reason
-
-
 def _rates(ran: list[Result]) -> tuple[float, float]:
     fwd = sum(r.forward == "pass" for r in ran)
     both = sum(r.forward == "pass" and r.backward in ("pass", "n/a") for r in ran)
-    return fwd / max(1, len(ran)), both / max(1, len(ran))
+    return rate(fwd, len(ran)), rate(both, len(ran))
 
 
 def summary(results: list[Result]) -> dict:
@@ -187,21 +131,16 @@ def summary(results: list[Result]) -> dict:
     needs a dtype the profile lacks fails by design, with the profile's clear error)."""
     ran = [r for r in results if r.forward != "skip"]
     fwd, both = _rates(ran)
-    allowed_fwd, allowed_both = _rates([r for r in ran if not _profile_limited(r)])
+    allowed_fwd, allowed_both = _rates([r for r in ran if not profile_limited(r.reason)])
     return {"pairs": len(ran), "skipped": len(results) - len(ran),
             "forward_pass_rate": fwd, "forward_backward_pass_rate": both,
-            "profile_limited": sum(_profile_limited(r) for r in ran),
+            "profile_limited": sum(profile_limited(r.reason) for r in ran),
             "allowed_forward_pass_rate": allowed_fwd, "allowed_forward_backward_pass_rate": allowed_both}
 
 
 def write_png(results: list[Result], path: str) -> None:
     """Per dtype: pairs passing forward and backward, forward only, failing on the
     profile's dtype limit, failing otherwise."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     dtypes = [str(d).replace("torch.", "") for d in DTYPES]
     kinds = {"forward + backward": "tab:green", "forward only": "tab:olive",
              "profile lacks the dtype": "tab:grey", "other failure": "tab:red"}
@@ -214,24 +153,16 @@ def write_png(results: list[Result], path: str) -> None:
             counts["forward + backward"][i] += 1
         elif r.forward == "pass":
             counts["forward only"][i] += 1
-        elif _profile_limited(r):
+        elif profile_limited(r.reason):
             counts["profile lacks the dtype"][i] += 1
         else:
             counts["other failure"][i] += 1
-    fig, ax = plt.subplots(figsize=(9, 3.6))
-    left = [0] * len(dtypes)
-    for kind, color in kinds.items():
-        ax.barh(dtypes, counts[kind], left=left, color=color, label=kind)
-        left = [a + b for a, b in zip(left, counts[kind])]
     s = summary(results)
-    ax.set_title(f"OpInfo sweep on musa vs CPU: forward {s['forward_pass_rate']:.2%}, forward+backward "
-                 f"{s['forward_backward_pass_rate']:.2%}\n(where the profile allows: "
-                 f"{s['allowed_forward_pass_rate']:.2%} / {s['allowed_forward_backward_pass_rate']:.2%})",
-                 fontsize=9)
-    ax.set_xlabel("op/dtype pairs")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    draw_counts(path, dtypes, counts, kinds,
+                f"OpInfo sweep on musa vs CPU: forward {s['forward_pass_rate']:.2%}, forward+backward "
+                f"{s['forward_backward_pass_rate']:.2%}\n(where the profile allows: "
+                f"{s['allowed_forward_pass_rate']:.2%} / {s['allowed_forward_backward_pass_rate']:.2%})",
+                "op/dtype pairs")
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,105 @@
+"""What the database sweeps share: musa against the CPU device, compared the same way.
+
+``opinfo_sweep`` (op_db, this layer) and ``torch_musa.testing.module_sweep``
+(module_db, the tools layer above) load PyTorch's test databases, move inputs,
+compare results, take gradients, tell the hardware profile's dtype limit from
+real failures and draw their counts through these helpers, so both report the
+same thing the same way.
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+# (rtol, atol) per dtype; dtypes not listed compare exactly.
+TOL = {torch.float16: (1e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float32: (1.3e-6, 1e-5),
+       torch.float64: (1e-7, 1e-7)}
+
+# The error a profile without the dtype raises (csrc/aten/kernel_call.cpp, KernelCall::unsupported).
+PROFILE_LIMIT = "is not supported by the musa hardware profile"
+
+
+def profile_limited(reason: str) -> bool:
+    """The failure is the profile refusing a dtype it lacks (by design, with a clear error)."""
+    return PROFILE_LIMIT in reason
+
+
+def load_testing_db(module: str, name: str):
+    """``torch.testing._internal.<module>.<name>``. Importing PyTorch's test harness runs
+    ``torch.backends.disable_global_flags()``, which would make later plain
+    ``torch.backends.cudnn.benchmark = True`` lines in the same process raise;
+    the flag is put back as it was."""
+    flags_were_free = not torch.backends.flags_frozen()
+    db = getattr(importlib.import_module(f"torch.testing._internal.{module}"), name)
+    if flags_were_free:  # torch.backends wraps its module: reach the real globals
+        torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+    return db
+
+
+def to_device(x, device):
+    """A detached copy of a tensor on ``device`` that requires grad as ``x`` does; other values as they are."""
+    if isinstance(x, torch.Tensor):
+        y = x.detach().to(device)
+        return y.requires_grad_(x.requires_grad) if y.is_floating_point() or y.is_complex() else y
+    return x
+
+
+def compare(a, b, dtype, values: bool = True) -> None:
+    """Raise when the musa results ``b`` differ from the CPU's ``a`` (same structure,
+    musa tensors, values within ``TOL[dtype]``; ``values=False``: shapes and dtypes only)."""
+    fa, _ = tree_flatten(a)
+    fb, _ = tree_flatten(b)
+    assert len(fa) == len(fb), f"{len(fa)} outputs on cpu, {len(fb)} on musa"
+    rtol, atol = TOL.get(dtype, (0, 0))
+    for x, y in zip(fa, fb):
+        if isinstance(x, torch.Tensor):
+            assert isinstance(y, torch.Tensor), f"cpu gave a tensor, musa gave {type(y).__name__}"
+            assert y.device.type == "musa", f"result on {y.device}, expected musa"
+            if not values:
+                assert (x.shape, x.dtype) == (y.shape, y.dtype), f"{x.shape}/{x.dtype} vs {y.shape}/{y.dtype}"
+                continue
+            torch.testing.assert_close(y.cpu(), x, rtol=rtol, atol=atol, equal_nan=True,
+                                       check_dtype=True, check_stride=False)
+        elif isinstance(x, float) and x != x:
+            assert y != y
+        else:
+            assert x == y, f"{x!r} != {y!r}"
+
+
+def weighted_grads(inputs, out):
+    """Gradients of a weighted sum of the outputs with respect to every tensor in
+    ``inputs`` that requires grad (None where unused); None when there is nothing to differentiate."""
+    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+    ins = [t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outs or not ins:
+        return None
+    loss = sum((o.float() * (1 + torch.arange(o.numel(), device=o.device).reshape(o.shape) % 3)).sum()
+               for o in outs)
+    return torch.autograd.grad(loss, ins, allow_unused=True)
+
+
+def rate(passed: int, total: int) -> float:
+    return passed / max(1, total)
+
+
+def draw_counts(path: str, rows: list[str], counts: dict[str, list[int]], colors: dict[str, str],
+                title: str, xlabel: str, height: float = 3.6) -> None:
+    """A horizontal stacked bar per row: ``counts[kind][i]`` pairs of each kind in row i."""
+    import matplotlib  # drawing only: the sweeps run without it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, height))
+    left = [0] * len(rows)
+    for kind, color in colors.items():
+        ax.barh(rows, counts[kind], left=left, color=color, label=kind)
+        left = [a + b for a, b in zip(left, counts[kind])]
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
