@@ -1,7 +1,7 @@
 """A sampled module_db sweep: PyTorch's nn modules on musa against the CPU device.
 
 CI runs a chosen set of modules, at least one of each kind (convolution, lazy, pooling,
-normalisation with running stats, activation, loss, linear/embedding, recurrent,
+normalisation with running stats, activation, dropout, loss, linear/embedding, recurrent,
 attention/transformer, padding), in every dtype the profile has;
 `python -m torch_musa.testing.module_sweep` runs the whole database. Every failure must be
 listed, with the checks that fail and why, in module_sweep_expected_failures.yaml.
@@ -23,7 +23,7 @@ SAMPLE = [
     "nn.Conv2d", "nn.ConvTranspose1d", "nn.LazyConv1d",
     "nn.MaxPool2d", "nn.AdaptiveAvgPool3d", "nn.FractionalMaxPool2d", "nn.AvgPool3d",
     "nn.BatchNorm1d", "nn.InstanceNorm2d", "nn.GroupNorm", "nn.LayerNorm", "nn.RMSNorm",
-    "nn.GELU", "nn.PReLU", "nn.Softmax",
+    "nn.GELU", "nn.PReLU", "nn.Softmax", "nn.Dropout2d", "nn.AlphaDropout",
     "nn.CrossEntropyLoss", "nn.KLDivLoss", "nn.CTCLoss", "nn.NLLLoss",
     "nn.Linear", "nn.Bilinear", "nn.Embedding",
     "nn.LSTM", "nn.GRUCell", "nn.RNN",

@@ -68,15 +68,23 @@ def compare(a, b, dtype, values: bool = True) -> None:
             assert x == y, f"{x!r} != {y!r}"
 
 
-def weighted_grads(inputs, out):
-    """Gradients of a weighted sum of the outputs with respect to every tensor in
-    ``inputs`` that requires grad (None where unused); None when there is nothing to differentiate."""
+def weighted_sum(out):
+    """A scalar of every output that requires grad, each element weighted 1, 2 or 3 (so a
+    gradient routed to the wrong element shows); None when no output requires grad."""
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
-    ins = [t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
-    if not outs or not ins:
+    if not outs:
         return None
-    loss = sum((o.float() * (1 + torch.arange(o.numel(), device=o.device).reshape(o.shape) % 3)).sum()
+    return sum((o.float() * (1 + torch.arange(o.numel(), device=o.device).reshape(o.shape) % 3)).sum()
                for o in outs)
+
+
+def weighted_grads(inputs, out):
+    """Gradients of ``weighted_sum(out)`` with respect to every tensor in ``inputs`` that
+    requires grad (None where unused); None when there is nothing to differentiate."""
+    ins = [t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    loss = weighted_sum(out)
+    if loss is None or not ins:
+        return None
     return torch.autograd.grad(loss, ins, allow_unused=True)
 
 

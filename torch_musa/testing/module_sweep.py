@@ -1,9 +1,9 @@
 """Run PyTorch's ModuleInfo database (``common_modules.module_db``) on musa against the CPU.
 
-For every ``nn`` module in the database and every float dtype the hardware
-profile has (float32, float16, bfloat16; float64 only where the profile has
-it), on a few of the module's generated inputs (training mode, and eval mode
-too where the two differ):
+For every ``nn`` module in the database (and the dropout modules, which it
+lacks), every float dtype the hardware profile has (float32, float16,
+bfloat16; float64 only where the profile has it) and a few of the module's
+generated inputs (training mode, and eval mode too where the two differ):
 
 - forward: a module built on the CPU with a fixed seed, and a deep copy moved
   with ``.to("musa")``, give the same outputs (dtype-aware tolerances) and the
@@ -23,7 +23,7 @@ lives with the testing tools: it drives modules, ``torch.musa`` and the
 checkpoint path, all layers below.
 
     python -m torch_musa.testing.module_sweep [--sample N] [--modules nn.Linear,...]
-        [--json out.json] [--md out.md] [--png out.png]
+        [--max-inputs N] [--json out.json] [--md out.md] [--png out.png]
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 import torch_musa
 from torch_musa import _state
 from torch_musa.ops.sweep_common import (TOL, compare, draw_counts, load_testing_db, profile_limited,
-                                         rate, to_device, weighted_grads)
+                                         rate, to_device, weighted_grads, weighted_sum)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 CHECKS = ("forward", "backward", "identity", "state_dict")
@@ -123,11 +123,10 @@ def _forward(m, fwd):
 
 
 def _backward(out) -> None:
-    """``.backward()`` of a weighted sum of the outputs (the same weights ``weighted_grads`` uses)."""
-    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
-    if outs:
-        sum((o.float() * (1 + torch.arange(o.numel(), device=o.device).reshape(o.shape) % 3)).sum()
-            for o in outs).backward()
+    """``.backward()`` of the sweeps' weighted sum of the outputs (so .grad accumulates)."""
+    loss = weighted_sum(out)
+    if loss is not None:
+        loss.backward()
 
 
 def _assert_same_state(ref: dict, got: dict, device: str, what: str) -> None:
@@ -377,14 +376,35 @@ def check_state_dict(mi, ctor, dtype, training, dev) -> None:
 
 # -- the sweep ---------------------------------------------------------------------------------
 
+# module_db has no dropout module. These run in training mode (and eval) under one seed:
+# musa draws from a generator like the CPU's, so the masks must be the same bits.
+DROPOUT_SHAPES = {torch.nn.Dropout: (4, 5), torch.nn.Dropout1d: (2, 3, 4), torch.nn.Dropout2d: (2, 3, 4, 4),
+                  torch.nn.Dropout3d: (2, 3, 2, 4, 4), torch.nn.AlphaDropout: (4, 5),
+                  torch.nn.FeatureAlphaDropout: (2, 3, 4, 4)}
+
+
+def _dropout_infos() -> list:
+    ModuleInfo, ModuleInput, FunctionInput = (load_testing_db("common_modules", n)
+                                              for n in ("ModuleInfo", "ModuleInput", "FunctionInput"))
+
+    def inputs(mi, device, dtype, requires_grad, training, **kwargs):
+        shape = DROPOUT_SHAPES[mi.module_cls]
+        return [ModuleInput(constructor_input=FunctionInput(p),
+                            forward_input=FunctionInput(torch.testing.make_tensor(
+                                shape, device=device, dtype=dtype, requires_grad=requires_grad)),
+                            desc=f"p={p}") for p in (0.5, 0.25)]
+    return [ModuleInfo(cls, module_inputs_func=inputs, train_and_eval_differ=True) for cls in DROPOUT_SHAPES]
+
+
 def cases(sample: int = 1, modules: list[str] | None = None):
-    module_db = load_testing_db("common_modules", "module_db")
-    known = {mi.name for mi in module_db}
+    """(ModuleInfo, dtype) pairs: module_db and the dropout modules, every Nth or those named."""
+    infos = [*load_testing_db("common_modules", "module_db"), *_dropout_infos()]
+    known = {mi.name for mi in infos}
     unknown = sorted(set(modules or ()) - known)
     if unknown:
         raise ValueError(f"not in module_db: {', '.join(unknown)}; it has {', '.join(sorted(known))}")
     lacking = set(_state.profile.unsupported_dtypes())
-    for i, mi in enumerate(module_db):
+    for i, mi in enumerate(infos):
         if (modules and mi.name not in modules) or (not modules and i % sample):
             continue
         for dtype in DTYPES:
@@ -496,7 +516,7 @@ def main(argv=None) -> int:
         with open(args.md, "w") as f:
             f.write(f"# module_db sweep: musa vs CPU\n\n`{meta['command'].strip()}` on {meta['profile']}, "
                     f"torch {meta['torch']}, {meta['seconds']:.0f} s.\n\n{headline(s)}\n\n"
-                    f"{table([r for r in results if not r.passed], markdown=True)}\n\n"
+                    f"## Failing pairs\n\n{table([r for r in results if not r.passed], markdown=True)}\n\n"
                     f"## Every pair\n\n{table(results, markdown=True)}\n")
     if args.png:
         write_png(results, args.png)
