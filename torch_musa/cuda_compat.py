@@ -160,6 +160,18 @@ def _wrap_device_fn(fn):
     return wrapper
 
 
+def _device_less_means_musa(fn, device_less_arity):
+    wrapped = _wrap_device_fn(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not kwargs and len(args) == device_less_arity:
+            args = ("musa", *args)
+        return wrapped(*args, **kwargs)
+    wrapper.__wrapped_cuda_compat__ = True
+    return wrapper
+
+
 # Classes go across as they are (isinstance and subclassing keep working): their
 # device arguments take CUDA's spellings through the alias set in _patch_torch_cuda.
 _KEEP_CLASSES = {"Stream", "Event", "ExternalStream", "StreamContext", "OutOfMemoryError",
@@ -258,11 +270,18 @@ def _patch_amp():
     _set(cuda_amp, "GradScaler", _CudaAmpGradScaler)
     _set(cuda_amp, "custom_fwd", functools.partial(torch.amp.custom_fwd, device_type="musa"))
     _set(cuda_amp, "custom_bwd", functools.partial(torch.amp.custom_bwd, device_type="musa"))
-    for name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled",
-                 "set_autocast_dtype"):
+    for name in ("get_autocast_dtype", "set_autocast_dtype"):
         fn = getattr(torch, name, None)
         if fn is not None:
             _set(torch, name, _wrap_device_fn(fn))
+    # The device-less forms CUDA code still uses (is_autocast_enabled(),
+    # set_autocast_enabled(flag), the *_gpu_dtype pair) ask about CUDA: musa here.
+    for name, device_less_arity in (("is_autocast_enabled", 0), ("set_autocast_enabled", 1)):
+        fn = getattr(torch, name, None)
+        if fn is not None:
+            _set(torch, name, _device_less_means_musa(fn, device_less_arity))
+    _set(torch, "get_autocast_gpu_dtype", lambda: torch.get_autocast_dtype("musa"))
+    _set(torch, "set_autocast_gpu_dtype", lambda dtype: torch.set_autocast_dtype("musa", dtype))
     for name in ("custom_fwd", "custom_bwd", "is_autocast_available"):
         fn = getattr(torch.amp, name, None)
         if fn is not None:
