@@ -38,8 +38,13 @@ def _setitem(dst, src):
 
 def _storage_resize_keeps_device(x, nbytes):
     s = x.untyped_storage()
+    size = s.nbytes()
     s.resize_(nbytes)
-    return s.device.type == x.device.type, x.untyped_storage().device.type == x.device.type
+    answer = s.device.type == x.device.type, x.untyped_storage().device.type == x.device.type
+    s.resize_(size)  # back to x's size: what survived the resize must still be x's values
+    if nbytes < size:
+        x.zero_()
+    return answer
 
 
 def _set_then_query(x):
@@ -169,11 +174,7 @@ CASES = [
 
 # Cases musa still gets wrong today: each fails loudly (strict) once it passes, so
 # take it out of this dict then.
-FAILING_TODAY = {
-    "storage_resize_to_zero_keeps_device": "issue 18 item 3: resize_storage_bytes(0) installs an "
-                                           "empty DataPtr whose device is the CPU, so the storage "
-                                           "reports device cpu until it grows again",
-}
+FAILING_TODAY: dict[str, str] = {}
 
 
 def _plain(value):
