@@ -107,14 +107,15 @@ def test_half_precision_fallback_accepts_rounding_and_rejects_a_wrong_value():
 def test_summary_separates_the_profile_limit():
     limited = "forward[train]: RuntimeError: aten::mm: dtype Double " + PROFILE_LIMIT + " MTT S4000."
     rs = [Result("nn.Linear", "float32", "pass", "pass", "pass", "pass", 3),
-          Result("nn.ReLU", "float16", "pass", "pass", "n/a", "n/a", 3),
+          Result("nn.GRU", "float16", "pass", "pass", "pass", "pass", 3, by_float32=["backward"]),
           Result("nn.LSTM", "float16", "pass", "fail", "pass", "pass", 3, "backward: mismatch"),
           Result("nn.Odd", "float32", "fail", "n/a", "n/a", "n/a", 1, limited),
           Result("nn.CTCLoss", "float16", "skip", "n/a", "n/a", "n/a", 0, "cpu raised NotImplementedError")]
     s = module_sweep.summary(rs)
     assert (s["pairs"], s["skipped"], s["profile_limited"]) == (4, 1, 1)
     assert s["pass_rate"] == 2 / 4 and s["allowed_pass_rate"] == 2 / 3
-    assert s["backward_pass_rate"] == 3 / 4 and s["identity_pass_rate"] == 1.0
+    assert s["backward_pass_rate"] == 3 / 4 and s["identity_pass_rate"] == 1.0 and s["passed_by_float32"] == 1
+    assert rs[1].note == f"backward within {module_sweep.ERROR_FACTOR}x the CPU's distance from float32"
 
 
 def test_cli_writes_table_json_markdown_and_chart(tmp_path, capsys):
@@ -130,6 +131,7 @@ def test_cli_writes_table_json_markdown_and_chart(tmp_path, capsys):
     assert {(r["module"], r["dtype"]) for r in data["results"]} == {
         (m, d) for m in ("nn.ReLU", "nn.Linear") for d in dtypes}
     assert "| nn.Linear | float16 | pass | pass | pass | pass | 1 |" in out["md"].read_text()
+    assert data["results"][0]["by_float32"] == []
     assert out["png"].stat().st_size > 1000
     with pytest.raises(ValueError, match="not in module_db: nn.Nope"):
         module_sweep.main(["--modules", "nn.Nope"])
