@@ -3,7 +3,7 @@
 The operator registrations are generated first from
 torch_musa/ops/musa_functions.yaml (torch_musa/ops/codegen.py). Where the
 installed torch has CUDA and a CUDA toolkit is found, the cuda driver
-(torch_musa/csrc/cuda) is compiled in as well; TORCH_MUSA_BUILD_CUDA=0 leaves
+(torch_musa/csrc/driver/cuda) is compiled in as well; TORCH_MUSA_BUILD_CUDA=0 leaves
 it out.
 """
 import glob
@@ -24,8 +24,11 @@ codegen.write(codegen.Path(GENERATED), codegen.Path(HERE, "torch_musa", "ops", "
 sys.path.pop(0)
 
 csrc = os.path.join("torch_musa", "csrc")
+cuda_driver = os.path.join(csrc, "driver", "cuda")
+# Every runtime source but the cuda driver's, which needs CUDA (below).
 sources = (
-    sorted(glob.glob(os.path.join(csrc, "*.cpp")))
+    sorted(f for f in glob.glob(os.path.join(csrc, "**", "*.cpp"), recursive=True)
+           if not f.startswith(cuda_driver))
     + sorted(glob.glob(os.path.join(GENERATED, "*.cpp")))
     + [os.path.join("torch_musa", "distributed", "csrc", f) for f in ("mccl_ops.cpp", "py_work.cpp")]
 )
@@ -38,7 +41,7 @@ Extension = CppExtension
 macros = []
 if with_cuda:
     Extension = CUDAExtension
-    sources += sorted(glob.glob(os.path.join(csrc, "cuda", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join(cuda_driver, "*.cpp")))
     macros.append(("TORCH_MUSA_WITH_CUDA", None))
 
 setup(

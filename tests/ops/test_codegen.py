@@ -30,7 +30,7 @@ def test_shipped_registry_is_valid_and_has_every_strategy(native):
 def test_generated_code_registers_each_entry(native):
     entries = codegen.parse_registry(native=native)
     cpp = "".join(codegen.generate_cpp(entries).values())
-    assert 'm.impl("add.Tensor", TORCH_FN((HostKernel<at::_ops::add_Tensor' in cpp
+    assert 'm.impl("add.Tensor", TORCH_FN((UnboxedKernel<at::_ops::add_Tensor' in cpp
     assert "MetaThenOut<at::_ops::atan2, at::_ops::atan2_out" in cpp
     assert "InPlaceViaOut<at::_ops::atan2_, at::_ops::atan2_out" in cpp
     assert cpp.count("m.impl(") == sum(e.namespace == "aten" for e in entries)

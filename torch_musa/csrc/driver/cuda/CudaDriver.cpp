@@ -6,8 +6,8 @@
 // enqueue on it), events are CUDA events, and kernels are PyTorch's CUDA
 // kernels run on CUDA-typed aliases of musa memory. Built only where the
 // installed torch has CUDA (setup.py); the CPU build never includes it.
-#include "../driver.h"
-#include "../runtime.h"
+#include "driver/Driver.h"
+#include "core/Device.h"
 
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/Sleep.h>

@@ -1,12 +1,13 @@
-// One op call served by a host kernel: the checks, the aliasing of musa
+// One op call served by a kernel of the kernel device type (the CPU's under
+// the host driver, CUDA's under the cuda driver): the checks, the aliasing of musa
 // arguments, the device-side view of the results. Shared by the boxed
-// fallback (fallback.cpp) and the unboxed per-op wrappers (host_kernel.h).
+// fallback (fallback.cpp) and the unboxed per-op wrappers (unboxed_kernel.h).
 #pragma once
 
-#include "allocator.h"
-#include "generator.h"
-#include "host_alias.h"
-#include "runtime.h"
+#include "core/MUSACachingAllocator.h"
+#include "core/MUSAGenerator.h"
+#include "aten/kernel_alias.h"
+#include "core/Device.h"
 
 #include <ATen/Tensor.h>
 #include <ATen/core/Generator.h>
@@ -32,27 +33,27 @@ using DebugHook = void (*)(const char* op, const std::vector<c10::IValue>& args,
 DebugHook debug_hook();
 void set_debug_hook(DebugHook hook);
 
-class HostCall {
+class KernelCall {
  public:
   // `op` is "aten::add" style (no overload), used for messages and policy.
-  explicit HostCall(const char* op, const char* overload = "");
-  ~HostCall();
-  HostCall(const HostCall&) = delete;
-  HostCall& operator=(const HostCall&) = delete;
+  explicit KernelCall(const char* op, const char* overload = "");
+  ~KernelCall();
+  KernelCall(const KernelCall&) = delete;
+  KernelCall& operator=(const KernelCall&) = delete;
 
   // Pass 1: every tensor argument, to find the device and check it.
   void see(const at::Tensor& t, const char* arg, bool index_list = false);
   c10::DeviceIndex device();
 
-  // Pass 2: host versions of arguments. `borrow`: `t` outlives the call (the
+  // Pass 2: the kernels' versions of arguments. `borrow`: `t` outlives the call (the
   // unboxed caller's argument), so it is not copied; a copy of a tensor that
   // Python holds costs a GIL round trip (PyObject preservation).
-  at::Tensor to_host(const at::Tensor& t, bool written, bool borrow = false);
-  at::Generator host_generator(const std::optional<at::Generator>& g);
+  at::Tensor to_kernel(const at::Tensor& t, bool written, bool borrow = false);
+  at::Generator kernel_generator_for(const std::optional<at::Generator>& g);
 
   // After the kernel.
   void sync_written();
-  // A host result as musa: an argument, a view of one, or adopted memory.
+  // A kernel's result as musa: an argument, a view of one, or adopted memory.
   at::Tensor to_musa(const at::Tensor& host, int refs_on_stack = 1);
   // The musa argument that `host` stands for, or nullptr.
   const at::Tensor* original_of(const at::Tensor& host) const;
@@ -61,7 +62,7 @@ class HostCall {
 
  private:
   struct Alias {
-    at::Tensor host;
+    at::Tensor kernel;
     c10::MaybeOwned<at::Tensor> musa;
     bool written;
     bool cast;  // float64 computed in float32 (double cast)

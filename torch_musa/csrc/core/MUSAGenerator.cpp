@@ -1,7 +1,8 @@
-#include "generator.h"
+#include "core/MUSAGenerator.h"
 
-#include "allocator.h"
-#include "runtime.h"
+#include "core/MUSACachingAllocator.h"
+#include "core/Device.h"
+#include "core/MUSAStream.h"
 
 #include <c10/core/GeneratorImpl.h>
 
@@ -65,23 +66,8 @@ at::Generator new_generator(c10::DeviceIndex d) {
   return make(d, c10::default_rng_seed_val);
 }
 
-at::Generator host_generator_of(const at::Generator& g) {
+at::Generator kernel_generator_of(const at::Generator& g) {
   return static_cast<MusaGeneratorImpl*>(g.unsafeGetGeneratorImpl())->host();
-}
-
-void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
-  TORCH_CHECK(storage->resizable(),
-              "Trying to resize storage that is not resizable");
-  const auto device = storage->device();
-  c10::DataPtr fresh(nullptr, device);  // resized to 0, the storage stays musa's
-  if (nbytes)
-    fresh = device_allocator().allocate_on(device.index(), nbytes, device);
-  const size_t keep = std::min(nbytes, storage->nbytes());
-  if (keep)
-    driver().memcpy(fresh.get(), storage->data(), keep,
-                    current_stream(device.index()));
-  storage->set_data_ptr_noswap(std::move(fresh));
-  storage->set_nbytes(nbytes);
 }
 
 }  // namespace torch_musa

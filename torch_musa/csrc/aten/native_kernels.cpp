@@ -1,11 +1,11 @@
 // The kernels musa serves itself: allocation, views and storage metadata,
 // copies between devices, and reading a scalar. Everything else goes to the
 // fallback (fallback.cpp).
-#include "allocator.h"
-#include "generator.h"
-#include "host_alias.h"
-#include "nan_check.h"
-#include "runtime.h"
+#include "core/MUSACachingAllocator.h"
+#include "core/MUSAGenerator.h"
+#include "aten/kernel_alias.h"
+#include "utils/nan_check.h"
+#include "core/Device.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/Functions.h>
@@ -120,13 +120,13 @@ bool copyable(const at::Tensor& t) {
 // non_blocking is honoured by the kernels' own copy (the host driver copies
 // eagerly; the cuda driver enqueues on the current stream).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  at::Tensor out = dst.is_privateuseone() ? host_alias(dst) : dst;
+  at::Tensor out = dst.is_privateuseone() ? kernel_alias(dst) : dst;
   // One host storage for one musa storage: the host copy then refuses a
   // partial overlap (x[1:] = x[:-1]) as the CPU device does.
   at::Tensor src = !self.is_privateuseone() ? self
                    : dst.is_privateuseone() && self.storage().is_alias_of(dst.storage())
-                       ? host_alias_over(out.storage(), self)
-                       : host_alias(self);
+                       ? kernel_alias_over(out.storage(), self)
+                       : kernel_alias(self);
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
   out.copy_(src, non_blocking);
@@ -141,7 +141,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  return at::_local_scalar_dense(host_alias(self));
+  return at::_local_scalar_dense(kernel_alias(self));
 }
 
 // Convolution reaches an out-of-tree backend only through these two ops.
@@ -159,7 +159,7 @@ c10::DeviceIndex common_device(std::initializer_list<const at::Tensor*> ts) {
 }
 
 at::Tensor on_host(const at::Tensor& t) {
-  return t.defined() ? host_alias(t) : t;
+  return t.defined() ? kernel_alias(t) : t;
 }
 
 at::Tensor to_device(const at::Tensor& h, c10::DeviceIndex d) {
@@ -174,7 +174,7 @@ at::Tensor convolution_overrideable(
     c10::IntArrayRef output_padding, int64_t groups) {
   const at::Tensor b = bias.value_or(at::Tensor());
   const auto d = common_device({&input, &weight, &b});
-  HostKernelScope scope(d);
+  KernelAllocationScope scope(d);
   at::Tensor out = at::convolution(on_host(input), on_host(weight),
                                    b.defined() ? std::optional<at::Tensor>(on_host(b))
                                                : std::nullopt,
@@ -197,7 +197,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   if (output_mask[2])
     bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups
                                                  : weight.size(0)};
-  HostKernelScope scope(d);
+  KernelAllocationScope scope(d);
   auto [gi, gw, gb] = at::convolution_backward(
       on_host(grad_output), on_host(input), on_host(weight),
       bias_sizes ? at::OptionalIntArrayRef(*bias_sizes) : std::nullopt, stride,

@@ -1,11 +1,11 @@
-// Unboxed per-op wrappers: `HostKernel<at::_ops::add_Tensor>::call` has the
+// Unboxed per-op wrappers: `UnboxedKernel<at::_ops::add_Tensor>::call` has the
 // op's own C++ signature, turns musa arguments into host aliases, calls the
 // host (CPU) kernel through `Op::redispatch`, and maps the results back. The
 // code generator (ops/codegen.py) registers one for each op that
 // musa_functions.yaml declares; ops outside it take the boxed fallback.
 #pragma once
 
-#include "host_call.h"
+#include "aten/kernel_call.h"
 
 #include <ATen/core/IListRef.h>
 #include <ATen/core/List.h>
@@ -14,21 +14,21 @@
 #include <type_traits>
 #include <vector>
 
-namespace torch_musa::host_kernel {
+namespace torch_musa::unboxed {
 
 // ---- pass 1: see every tensor ----------------------------------------------
-template <class T> inline void see(HostCall&, const T&) {}
-inline void see(HostCall& c, const at::Tensor& t) { c.see(t, "input"); }
-inline void see(HostCall& c, const std::optional<at::Tensor>& t) {
+template <class T> inline void see(KernelCall&, const T&) {}
+inline void see(KernelCall& c, const at::Tensor& t) { c.see(t, "input"); }
+inline void see(KernelCall& c, const std::optional<at::Tensor>& t) {
   if (t) c.see(*t, "input");
 }
-inline void see(HostCall& c, at::TensorList ts) {
+inline void see(KernelCall& c, at::TensorList ts) {
   for (const auto& t : ts) c.see(t, "input");
 }
-inline void see(HostCall& c, const at::ITensorListRef& ts) {
+inline void see(KernelCall& c, const at::ITensorListRef& ts) {
   for (const auto& t : ts) c.see(t, "input");
 }
-inline void see(HostCall& c, const c10::List<std::optional<at::Tensor>>& ts) {
+inline void see(KernelCall& c, const c10::List<std::optional<at::Tensor>>& ts) {
   for (const std::optional<at::Tensor> t : ts)
     if (t) c.see(*t, "indices", /*index_list=*/true);
 }
@@ -36,68 +36,68 @@ inline void see(HostCall& c, const c10::List<std::optional<at::Tensor>>& ts) {
 // ---- pass 2: host versions of arguments --------------------------------------
 template <class T> struct Arg {  // anything that is not device data
   T v;
-  Arg(HostCall&, T x) : v(static_cast<T>(x)) {}
+  Arg(KernelCall&, T x) : v(static_cast<T>(x)) {}
   T get() { return static_cast<T>(v); }
 };
 template <> struct Arg<const at::Tensor&> {
   at::Tensor v;
-  Arg(HostCall& c, const at::Tensor& x) : v(c.to_host(x, false, /*borrow=*/true)) {}
+  Arg(KernelCall& c, const at::Tensor& x) : v(c.to_kernel(x, false, /*borrow=*/true)) {}
   const at::Tensor& get() { return v; }
 };
 template <> struct Arg<at::Tensor&> {
   at::Tensor v;
-  Arg(HostCall& c, at::Tensor& x) : v(c.to_host(x, true, /*borrow=*/true)) {}
+  Arg(KernelCall& c, at::Tensor& x) : v(c.to_kernel(x, true, /*borrow=*/true)) {}
   at::Tensor& get() { return v; }
 };
 template <> struct Arg<const std::optional<at::Tensor>&> {
   std::optional<at::Tensor> v;
-  Arg(HostCall& c, const std::optional<at::Tensor>& x) {
-    if (x) v = c.to_host(*x, false, /*borrow=*/true);
+  Arg(KernelCall& c, const std::optional<at::Tensor>& x) {
+    if (x) v = c.to_kernel(*x, false, /*borrow=*/true);
   }
   const std::optional<at::Tensor>& get() { return v; }
 };
 template <> struct Arg<at::TensorList> {
   std::vector<at::Tensor> v;
-  Arg(HostCall& c, at::TensorList xs) {
+  Arg(KernelCall& c, at::TensorList xs) {
     v.reserve(xs.size());
-    for (const auto& x : xs) v.push_back(c.to_host(x, false, /*borrow=*/true));
+    for (const auto& x : xs) v.push_back(c.to_kernel(x, false, /*borrow=*/true));
   }
   at::TensorList get() { return v; }
 };
 template <> struct Arg<const at::ITensorListRef&> {
   std::vector<at::Tensor> v;
   at::ITensorListRef ref;
-  Arg(HostCall& c, const at::ITensorListRef& xs) {
+  Arg(KernelCall& c, const at::ITensorListRef& xs) {
     v.reserve(xs.size());
-    for (const auto& x : xs) v.push_back(c.to_host(x, false));
+    for (const auto& x : xs) v.push_back(c.to_kernel(x, false));
     ref = at::ITensorListRef(v);
   }
   const at::ITensorListRef& get() { return ref; }
 };
 template <> struct Arg<const c10::List<std::optional<at::Tensor>>&> {
   c10::List<std::optional<at::Tensor>> v;
-  Arg(HostCall& c, const c10::List<std::optional<at::Tensor>>& xs) {
+  Arg(KernelCall& c, const c10::List<std::optional<at::Tensor>>& xs) {
     v.reserve(xs.size());
     for (const std::optional<at::Tensor> x : xs)
-      v.push_back(x ? std::optional<at::Tensor>(c.to_host(*x, false)) : std::nullopt);
+      v.push_back(x ? std::optional<at::Tensor>(c.to_kernel(*x, false)) : std::nullopt);
   }
   const c10::List<std::optional<at::Tensor>>& get() { return v; }
 };
 template <> struct Arg<std::optional<at::Generator>> {
   std::optional<at::Generator> v;
-  Arg(HostCall& c, std::optional<at::Generator> g) : v(c.host_generator(g)) {}
+  Arg(KernelCall& c, std::optional<at::Generator> g) : v(c.kernel_generator_for(g)) {}
   std::optional<at::Generator> get() { return v; }
 };
 template <> struct Arg<std::optional<at::Device>> {
   std::optional<at::Device> v;
-  Arg(HostCall&, std::optional<at::Device> d)
+  Arg(KernelCall&, std::optional<at::Device> d)
       : v(d && d->is_privateuseone() ? std::optional<at::Device>(kernel_device(d->index())) : d) {}
   std::optional<at::Device> get() { return v; }
 };
 
 // ---- results ----------------------------------------------------------------
 struct Results {
-  HostCall& call;
+  KernelCall& call;
   c10::SmallVector<const at::Tensor*, 6> args;  // the caller's tensor arguments
   c10::SmallVector<std::pair<c10::StorageImpl*, int>, 4> refs;
 
@@ -202,12 +202,12 @@ template <class Named> std::string hook_name() {
 }
 
 template <class Op, class Sig = typename Op::schema, bool Guard = true, class Named = Op>
-struct HostKernel;
+struct UnboxedKernel;
 
 template <class Op, class Ret, class... Args, bool Guard, class Named>
-struct HostKernel<Op, Ret(Args...), Guard, Named> {
+struct UnboxedKernel<Op, Ret(Args...), Guard, Named> {
   static Ret call(Args... args) {
-    HostCall c(Op::name, Op::overload_name);
+    KernelCall c(Op::name, Op::overload_name);
     (see(c, args), ...);
     const auto device = c.device();
     DeviceSwitch guard(device, Guard);
@@ -219,14 +219,14 @@ struct HostKernel<Op, Ret(Args...), Guard, Named> {
     (collect(res, args), ...);
     if constexpr (std::is_void_v<Ret>) {
       {
-        HostKernelScope scope(device);
+        KernelAllocationScope scope(device);
         std::apply([](auto&... a) { Op::redispatch(cpu_keys(), a.get()...); }, host);
       }
       c.sync_written();
       if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), debug_args, {});
     } else {
       auto run = [&]() -> Ret {
-        HostKernelScope scope(device);
+        KernelAllocationScope scope(device);
         return std::apply([](auto&... a) -> Ret { return Op::redispatch(cpu_keys(), a.get()...); },
                           host);
       };
@@ -247,4 +247,4 @@ struct HostKernel<Op, Ret(Args...), Guard, Named> {
   static c10::DispatchKeySet cpu_keys() { return kernel_keys(); }
 };
 
-}  // namespace torch_musa::host_kernel
+}  // namespace torch_musa::unboxed

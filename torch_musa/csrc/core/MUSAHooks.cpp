@@ -1,8 +1,9 @@
 // The device as PyTorch sees it: the guard (current device, streams, events)
 // and the PrivateUse1 hooks (device count, generators, pinned memory).
-#include "allocator.h"
-#include "generator.h"
-#include "runtime.h"
+#include "core/MUSACachingAllocator.h"
+#include "core/MUSAGenerator.h"
+#include "core/Device.h"
+#include "core/MUSAStream.h"
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -153,7 +154,7 @@ void register_device() {
   static c10::impl::DeviceGuardImplRegistrar reg(c10::DeviceType::PrivateUse1, &guard);
   at::RegisterPrivateUse1HooksInterface(&hooks);
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &device_allocator());
-  install_host_kernel_allocator();
+  install_kernel_allocation_redirect();
 }
 
 }  // namespace torch_musa

@@ -16,7 +16,7 @@ std::vector<std::pair<std::string, uint64_t>> fallback_counts();
 void reset_fallback_counts();
 
 // Runs `op` on its stack through the host kernel (no accounting).
-void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Route these ops (by "name.overload") straight to the fallback, skipping
 // PyTorch's generic structured wrappers that would otherwise run first.

@@ -1,11 +1,11 @@
 // The boxed fallback: every aten op without a musa kernel of its own runs here,
-// through the host kernel (see host_call.h). It also keeps count of which ops
+// through the host kernel (see kernel_call.h). It also keeps count of which ops
 // fell back and, by TORCH_MUSA_FALLBACK, warns once per op, stays silent, or
 // refuses.
-#include "fallback.h"
+#include "aten/fallback.h"
 
-#include "host_call.h"
-#include "runtime.h"
+#include "aten/kernel_call.h"
+#include "core/Device.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -52,7 +52,7 @@ void account(const c10::OperatorHandle& op) {
                "silent|warn|error).");
 }
 
-void see(HostCall& call, const c10::IValue& v, const char* arg) {
+void see(KernelCall& call, const c10::IValue& v, const char* arg) {
   if (v.isTensor()) {
     call.see(v.toTensor(), arg);
   } else if (v.isTensorList()) {
@@ -72,10 +72,10 @@ bool is_generator_arg(const c10::Argument& a) {
 
 bool is_musa(const at::Tensor& t) { return t.defined() && t.is_privateuseone(); }
 
-void to_host(HostCall& call, c10::IValue& v, const c10::Argument& a) {
+void to_kernel(KernelCall& call, c10::IValue& v, const c10::Argument& a) {
   const bool written = a.alias_info() && a.alias_info()->isWrite();
   if (v.isTensor()) {
-    if (is_musa(v.toTensor())) v = call.to_host(v.toTensor(), written);
+    if (is_musa(v.toTensor())) v = call.to_kernel(v.toTensor(), written);
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
     bool any = false;
@@ -83,7 +83,7 @@ void to_host(HostCall& call, c10::IValue& v, const c10::Argument& a) {
     if (!any) return;
     c10::List<at::Tensor> out;
     out.reserve(list.size());
-    for (const at::Tensor& t : list) out.push_back(call.to_host(t, written));
+    for (const at::Tensor& t : list) out.push_back(call.to_kernel(t, written));
     v = std::move(out);
   } else if (v.isList()) {  // Tensor?[] (indices)
     bool any = false;
@@ -92,12 +92,12 @@ void to_host(HostCall& call, c10::IValue& v, const c10::Argument& a) {
     c10::List<std::optional<at::Tensor>> out;
     out.reserve(v.toListRef().size());
     for (const c10::IValue& e : v.toListRef()) {
-      if (e.isTensor()) out.push_back(call.to_host(e.toTensor(), written));
+      if (e.isTensor()) out.push_back(call.to_kernel(e.toTensor(), written));
       else out.push_back(std::nullopt);
     }
     v = std::move(out);
   } else if (v.isGenerator() || (v.isNone() && is_generator_arg(a))) {
-    v = call.host_generator(v.isNone() ? std::nullopt
+    v = call.kernel_generator_for(v.isNone() ? std::nullopt
                                        : std::optional<at::Generator>(v.toGenerator()));
   } else if (v.isDevice() && v.toDevice().is_privateuseone()) {
     v = kernel_device(v.toDevice().index());
@@ -107,14 +107,14 @@ void to_host(HostCall& call, c10::IValue& v, const c10::Argument& a) {
 void musa_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
                    torch::jit::Stack* stack) {
   account(op);
-  run_on_host(op, stack);
+  run_on_kernel_device(op, stack);
 }
 
 }  // namespace
 
-void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
-  HostCall call(schema.name().c_str(), schema.overload_name().c_str());
+  KernelCall call(schema.name().c_str(), schema.overload_name().c_str());
   const auto& args = schema.arguments();
   const size_t first = stack->size() - args.size();
   for (size_t i = 0; i < args.size(); ++i) see(call, (*stack)[first + i], args[i].name().c_str());
@@ -122,9 +122,9 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<c10::IValue> debug_args;
   const DebugHook hook = debug_hook();
   if (C10_UNLIKELY(hook)) debug_args.assign(stack->begin() + first, stack->end());
-  for (size_t i = 0; i < args.size(); ++i) to_host(call, (*stack)[first + i], args[i]);
+  for (size_t i = 0; i < args.size(); ++i) to_kernel(call, (*stack)[first + i], args[i]);
   {
-    HostKernelScope scope(device);
+    KernelAllocationScope scope(device);
     op.redispatchBoxed(kernel_keys(), stack);
   }
   call.sync_written();

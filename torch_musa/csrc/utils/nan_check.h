@@ -4,8 +4,8 @@
 // written: no extra synchronisation). Finite ops cost one bit-max pass over
 // their outputs; only an op that produces NaN/Inf (rare) calls into Python,
 // which then names the module, the phase and the source line
-// (utils/compare_tool/nan_inf.py). Called through the op hook (host_call.h),
-// and directly by the native kernels that do not go through a HostCall.
+// (utils/compare_tool/nan_inf.py). Called through the op hook (aten/kernel_call.h),
+// and directly by the native kernels that do not go through a KernelCall.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -22,7 +22,7 @@ inline bool nan_check_armed() { return g_nan_check_armed.load(std::memory_order_
 void nan_check_op(const char* op, const std::vector<c10::IValue>& args,
                   const std::vector<c10::IValue>& results);
 
-// Installs the op hook that the current settings need (module.cpp): the op
+// Installs the op hook that the current settings need (python/module.cpp): the op
 // debug callback, the NaN check, both, or none.
 void update_op_hook();
 

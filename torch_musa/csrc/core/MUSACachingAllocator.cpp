@@ -3,9 +3,10 @@
 // per-device cache for a request of the same class, and `empty_cache` hands
 // them back to the driver. Statistics follow PyTorch's DeviceStats so that
 // torch.musa.memory_* and torch.accelerator.memory_* read them unchanged.
-#include "allocator.h"
+#include "core/MUSACachingAllocator.h"
 
-#include "runtime.h"
+#include "core/Device.h"
+#include "core/MUSAStream.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
@@ -411,12 +412,12 @@ bool is_pool_pointer(void* p) {
 
 // raw_allocate()/raw_deallocate() callers (oneDNN among them) free through
 // raw_deleter(), whichever mode allocated the pointer.
-void host_kernel_raw_free(void* p) {
+void kernel_raw_free(void* p) {
   if (p && is_pool_pointer(p)) raw_free(p);
   else g_host_raw_deleter(p);
 }
 
-struct HostKernelAllocator final : c10::Allocator {
+struct KernelAllocationRedirect final : c10::Allocator {
   c10::Allocator* host = nullptr;
   c10::DataPtr allocate(size_t n) override {
     if (t_redirect >= 0)
@@ -426,26 +427,42 @@ struct HostKernelAllocator final : c10::Allocator {
     return host->allocate(n);
   }
   c10::DeleterFnPtr raw_deleter() const override {
-    return g_host_raw_deleter ? &host_kernel_raw_free : nullptr;
+    return g_host_raw_deleter ? &kernel_raw_free : nullptr;
   }
   void copy_data(void* dst, const void* src, std::size_t n) const override {
     std::memcpy(dst, src, n);
   }
 };
-HostKernelAllocator g_host_kernel_allocator;
+KernelAllocationRedirect g_kernel_allocation_redirect;
 }  // namespace
 
-HostKernelScope::HostKernelScope(c10::DeviceIndex device) : prev_(t_redirect) {
+KernelAllocationScope::KernelAllocationScope(c10::DeviceIndex device) : prev_(t_redirect) {
   // Only CPU kernels allocate through the CPU allocator on musa's behalf.
   if (C10_LIKELY(config().kernel_type == c10::DeviceType::CPU)) t_redirect = device;
 }
-HostKernelScope::~HostKernelScope() { t_redirect = prev_; }
+KernelAllocationScope::~KernelAllocationScope() { t_redirect = prev_; }
 
-void install_host_kernel_allocator() {
-  if (g_host_kernel_allocator.host) return;
-  g_host_kernel_allocator.host = c10::GetCPUAllocator();
-  g_host_raw_deleter = g_host_kernel_allocator.host->raw_deleter();
-  c10::SetCPUAllocator(&g_host_kernel_allocator, /*priority=*/1);
+void install_kernel_allocation_redirect() {
+  if (g_kernel_allocation_redirect.host) return;
+  g_kernel_allocation_redirect.host = c10::GetCPUAllocator();
+  g_host_raw_deleter = g_kernel_allocation_redirect.host->raw_deleter();
+  c10::SetCPUAllocator(&g_kernel_allocation_redirect, /*priority=*/1);
 }
+
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
+  TORCH_CHECK(storage->resizable(),
+              "Trying to resize storage that is not resizable");
+  const auto device = storage->device();
+  c10::DataPtr fresh(nullptr, device);  // resized to 0, the storage stays musa's
+  if (nbytes)
+    fresh = device_allocator().allocate_on(device.index(), nbytes, device);
+  const size_t keep = std::min(nbytes, storage->nbytes());
+  if (keep)
+    driver().memcpy(fresh.get(), storage->data(), keep,
+                    current_stream(device.index()));
+  storage->set_data_ptr_noswap(std::move(fresh));
+  storage->set_nbytes(nbytes);
+}
+
 
 }  // namespace torch_musa

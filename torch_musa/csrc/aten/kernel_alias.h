@@ -10,16 +10,16 @@
 
 namespace torch_musa {
 
-at::Tensor host_alias(const at::Tensor& musa_tensor);
+at::Tensor kernel_alias(const at::Tensor& musa_tensor);
 
 // A host alias of `musa_tensor` over `host_storage`, the host storage already
 // aliasing its musa storage in this op call: arguments that share musa memory
 // share host memory too, so the host kernel's overlap and aliasing checks
 // (partial overlap, is_set_to, is_alias_of) answer as on the CPU device.
-at::Tensor host_alias_over(const c10::Storage& host_storage, const at::Tensor& musa_tensor);
+at::Tensor kernel_alias_over(const c10::Storage& host_storage, const at::Tensor& musa_tensor);
 
 // Hands an alias back when its op call is over: kept for reuse by this thread's
-// next host_alias if nothing else holds it or a view of it (else left alone).
+// next kernel_alias if nothing else holds it or a view of it (else left alone).
 void recycle_alias(at::Tensor& alias);
 
 // Where the kernels run: CPU under the host driver, CUDA under the cuda

@@ -1,7 +1,8 @@
-#include "host_alias.h"
+#include "aten/kernel_alias.h"
 
-#include "allocator.h"
-#include "runtime.h"
+#include "core/MUSACachingAllocator.h"
+#include "core/Device.h"
+#include "core/MUSAStream.h"
 
 #include <c10/core/TensorImpl.h>
 #include <c10/util/intrusive_ptr.h>
@@ -103,7 +104,7 @@ void recycle_alias(at::Tensor& a) {
   tl_pool[tl_pool_n++] = a.unsafeReleaseTensorImpl();
 }
 
-at::Tensor host_alias(const at::Tensor& t) {
+at::Tensor kernel_alias(const at::Tensor& t) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(s);
   const KernelSide& k = kernel_side();
@@ -118,7 +119,7 @@ at::Tensor host_alias(const at::Tensor& t) {
   return make_like(c10::Storage(std::move(storage)), k.keys, t);
 }
 
-at::Tensor host_alias_over(const c10::Storage& host_storage, const at::Tensor& t) {
+at::Tensor kernel_alias_over(const c10::Storage& host_storage, const at::Tensor& t) {
   return make_like(host_storage, kernel_side().keys, t);
 }
 

@@ -4,6 +4,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/StorageImpl.h>
 
 #include <string>
 #include <vector>
@@ -51,6 +52,10 @@ class DeviceAllocator final : public c10::DeviceAllocator {
 
 DeviceAllocator& device_allocator();
 
+// Grows or shrinks a musa storage to `nbytes`, keeping its leading bytes (the
+// hooks' storage resize and the native resize_ kernels).
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
+
 // Page-locked host memory for pin_memory() and non_blocking copies.
 c10::Allocator& pinned_allocator();
 bool is_pinned(const void* ptr);
@@ -58,13 +63,13 @@ bool is_pinned(const void* ptr);
 // While alive, CPU allocations on this thread come from musa `device`'s pool
 // (tagged as CPU), so that a host kernel's fresh outputs are device memory and
 // can be adopted without a copy.
-class HostKernelScope {
+class KernelAllocationScope {
  public:
-  explicit HostKernelScope(c10::DeviceIndex device);
-  ~HostKernelScope();
+  explicit KernelAllocationScope(c10::DeviceIndex device);
+  ~KernelAllocationScope();
  private:
   int prev_;
 };
-void install_host_kernel_allocator();
+void install_kernel_allocation_redirect();
 
 }  // namespace torch_musa

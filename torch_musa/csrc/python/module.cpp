@@ -1,12 +1,13 @@
 // Python bindings of the runtime core (torch_musa._C). Kept thin: the
 // torch.musa API is written in Python on top of these.
-#include "allocator.h"
-#include "fallback.h"
-#include "generator.h"
-#include "host_alias.h"
-#include "host_call.h"
-#include "nan_check.h"
-#include "runtime.h"
+#include "core/MUSACachingAllocator.h"
+#include "aten/fallback.h"
+#include "core/MUSAGenerator.h"
+#include "aten/kernel_alias.h"
+#include "aten/kernel_call.h"
+#include "utils/nan_check.h"
+#include "core/Device.h"
+#include "core/MUSAStream.h"
 
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
@@ -180,7 +181,7 @@ PYBIND11_MODULE(_C, m) {
   // alive). For host-side engines such as Gloo under the mccl backend.
   m.def("_host_alias", [](const at::Tensor& t) {
     TORCH_CHECK(t.is_privateuseone(), "_host_alias expects a musa tensor, got ", t.device());
-    return host_alias(t);
+    return kernel_alias(t);
   });
   m.def("_register_fallback_ops", &register_fallback_for);
   init_nan_check(m);

@@ -1,4 +1,4 @@
-#include "host_call.h"
+#include "aten/kernel_call.h"
 
 #include <ATen/Functions.h>
 
@@ -33,20 +33,20 @@ bool double_cast_enabled() { return g_double_cast.load(std::memory_order_relaxed
 DebugHook debug_hook() { return g_debug_hook.load(std::memory_order_relaxed); }
 void set_debug_hook(DebugHook hook) { g_debug_hook = hook; }
 
-HostCall::HostCall(const char* op, const char* overload) : op_(op), overload_(overload) {}
+KernelCall::KernelCall(const char* op, const char* overload) : op_(op), overload_(overload) {}
 
-HostCall::~HostCall() {
+KernelCall::~KernelCall() {
   for (Alias& a : aliases_)
-    if (!a.cast) recycle_alias(a.host);
+    if (!a.cast) recycle_alias(a.kernel);
 }
 
-std::string HostCall::op_name() const {
+std::string KernelCall::op_name() const {
   std::string s = op_;
   if (overload_ && *overload_) s += std::string(".") + overload_;
   return s;
 }
 
-void HostCall::see(const at::Tensor& t, const char* arg, bool index_list) {
+void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list) {
   if (!t.defined()) return;
   if (t.is_privateuseone()) {
     const auto d = t.device().index();
@@ -62,12 +62,12 @@ void HostCall::see(const at::Tensor& t, const char* arg, bool index_list) {
   if (device_ >= 0 && other_.defined()) mismatch(other_, other_arg_);
 }
 
-c10::DeviceIndex HostCall::device() {
+c10::DeviceIndex KernelCall::device() {
   if (device_ < 0) device_ = current_device();
   return device_;
 }
 
-void HostCall::mismatch(const at::Tensor& t, const char* arg) {
+void KernelCall::mismatch(const at::Tensor& t, const char* arg) {
   TORCH_CHECK(false,
               "Expected all tensors to be on the same device, but found at "
               "least two devices, musa:", int(device_), " and ", t.device(),
@@ -75,7 +75,7 @@ void HostCall::mismatch(const at::Tensor& t, const char* arg) {
               int(device_), "'))");
 }
 
-void HostCall::unsupported(const at::Tensor& t, const char* arg) {
+void KernelCall::unsupported(const at::Tensor& t, const char* arg) {
   const bool dbl = is_double(t.scalar_type());
   TORCH_CHECK(false, op_name(), ": dtype ", t.scalar_type(), " (argument '", arg,
               "') is not supported by the musa hardware profile ",
@@ -87,13 +87,13 @@ void HostCall::unsupported(const at::Tensor& t, const char* arg) {
                     "(TORCH_MUSA_PROFILE).");
 }
 
-at::Tensor HostCall::to_host(const at::Tensor& t, bool written, bool borrow) {
+at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow) {
   if (!t.defined() || !t.is_privateuseone()) return t;
   bool cast = false;
   at::Tensor h;
   if (C10_UNLIKELY(is_double(t.scalar_type()) && !dtype_supported(t.scalar_type()) &&
                    double_cast_enabled() && !exempt(op_))) {
-    h = host_alias(t).to(t.scalar_type() == at::kDouble ? at::kFloat : at::kComplexFloat);
+    h = kernel_alias(t).to(t.scalar_type() == at::kDouble ? at::kFloat : at::kComplexFloat);
     cast = downcast_ = true;
   } else if (!t._is_zerotensor()) {
     // The host kernel must see musa arguments' sharing as the CPU device sees
@@ -104,43 +104,43 @@ at::Tensor HostCall::to_host(const at::Tensor& t, bool written, bool borrow) {
       if (a.cast || a.musa->storage().unsafeGetStorageImpl() != ms) continue;
       if (a.musa->unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
         a.written |= written;
-        return a.host;
+        return a.kernel;
       }
-      h = host_alias_over(a.host.storage(), t);
+      h = kernel_alias_over(a.kernel.storage(), t);
       break;
     }
   }
-  if (!h.defined()) h = host_alias(t);
+  if (!h.defined()) h = kernel_alias(t);
   aliases_.push_back({h, borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
                                  : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
                       written, cast});
   return h;
 }
 
-at::Generator HostCall::host_generator(const std::optional<at::Generator>& g) {
+at::Generator KernelCall::kernel_generator_for(const std::optional<at::Generator>& g) {
   if (!g.has_value() || !g->defined())
-    return host_generator_of(default_generator(device()));
+    return kernel_generator_of(default_generator(device()));
   TORCH_CHECK(g->device().is_privateuseone(),
               "Expected a 'musa' device type for generator but found '",
               g->device().type(), "' (", op_name(), ")");
-  return host_generator_of(*g);
+  return kernel_generator_of(*g);
 }
 
-void HostCall::sync_written() {
+void KernelCall::sync_written() {
   for (const Alias& a : aliases_) {
     if (!a.written) continue;
     const at::Tensor& musa = *a.musa;
     c10::TensorImpl* m = musa.unsafeGetTensorImpl();
-    c10::TensorImpl* h = a.host.unsafeGetTensorImpl();
+    c10::TensorImpl* h = a.kernel.unsafeGetTensorImpl();
     if (a.cast) {  // computed in float32: write the values back as float64
       if (m->sizes() != h->sizes()) musa.resize_(h->sizes());
-      host_alias(musa).copy_(a.host);
+      kernel_alias(musa).copy_(a.kernel);
       continue;
     }
     const c10::Storage& hs = h->storage();
     const c10::Storage& ms = m->storage();
     if (hs.data() != ms.data() || hs.nbytes() != ms.nbytes()) {
-      c10::Storage fresh = adopt_storage(a.host, device(), 1);
+      c10::Storage fresh = adopt_storage(a.kernel, device(), 1);
       ms.unsafeGetStorageImpl()->set_data_ptr_noswap(
           std::move(fresh.unsafeGetStorageImpl()->mutable_data_ptr()));
       ms.unsafeGetStorageImpl()->set_nbytes(fresh.nbytes());
@@ -151,13 +151,13 @@ void HostCall::sync_written() {
   }
 }
 
-const at::Tensor* HostCall::original_of(const at::Tensor& host) const {
+const at::Tensor* KernelCall::original_of(const at::Tensor& host) const {
   for (const Alias& a : aliases_)
-    if (a.host.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return &*a.musa;
+    if (a.kernel.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return &*a.musa;
   return nullptr;
 }
 
-at::Tensor HostCall::to_musa(const at::Tensor& t, int refs) {
+at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
   if (!t.defined() || t.device().type() != config().kernel_type) return t;
   TORCH_CHECK(t.layout() == at::kStrided, op_name(), " produced a ", t.layout(),
               " tensor; musa supports only strided (dense) tensors. Compute it on "
@@ -171,7 +171,7 @@ at::Tensor HostCall::to_musa(const at::Tensor& t, int refs) {
   if (!t.has_storage()) return t;
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   for (const Alias& a : aliases_)
-    if (!a.cast && a.host.storage().unsafeGetStorageImpl() == s)
+    if (!a.cast && a.kernel.storage().unsafeGetStorageImpl() == s)
       return musa_tensor_over(a.musa->storage(), t);
   for (auto& [host, musa] : adopted_)
     if (host == s) return musa_tensor_over(musa, t);

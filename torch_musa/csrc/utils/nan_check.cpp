@@ -1,8 +1,8 @@
 // NanInfTracker's native path (see nan_check.h).
-#include "nan_check.h"
+#include "utils/nan_check.h"
 
-#include "host_alias.h"
-#include "runtime.h"
+#include "aten/kernel_alias.h"
+#include "core/Device.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -105,7 +105,7 @@ int scan(const at::Tensor& t) {
     const int r = scan_dense(p, t.numel(), t.scalar_type());
     if (r >= 0) return r;
   }
-  at::Tensor h = t.is_privateuseone() ? host_alias(t) : t;
+  at::Tensor h = t.is_privateuseone() ? kernel_alias(t) : t;
   h = h.contiguous();
   if (h.is_complex()) h = at::view_as_real(h);
   if (scan_dense(h.data_ptr(), h.numel(), h.scalar_type()) < 0) h = h.to(at::kFloat);

@@ -3,7 +3,7 @@
 // at which its queued work completes). Work that only occupies a stream, such
 // as `_sleep`, advances the timeline without blocking the caller, so queries,
 // events, waits and elapsed times come out as on an asynchronous device.
-#include "driver.h"
+#include "driver/Driver.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/CPUAllocator.h>
@@ -134,7 +134,7 @@ class HostDriver final : public Driver {
 }  // namespace
 
 #ifdef TORCH_MUSA_WITH_CUDA
-Driver* make_cuda_driver();  // cuda/cuda_driver.cpp
+Driver* make_cuda_driver();  // driver/cuda/CudaDriver.cpp
 #endif
 
 namespace {

@@ -1,14 +1,14 @@
 // LegacyMeta: functional and in-place variants of a structured group served
 // by the group's out kernel. PyTorch's meta function (the Meta key) computes
 // the result's shape and dtype and checks the arguments; the output is
-// allocated on the device; the out kernel (a HostKernel) fills it.
+// allocated on the device; the out kernel (a UnboxedKernel) fills it.
 #pragma once
 
-#include "host_kernel.h"
+#include "aten/unboxed_kernel.h"
 
 #include <ATen/Functions.h>
 
-namespace torch_musa::host_kernel {
+namespace torch_musa::unboxed {
 
 template <class T> const T& to_meta(const T& x) { return x; }
 inline at::Tensor to_meta(const at::Tensor& t) {
@@ -31,14 +31,14 @@ struct MetaThenOut;
 template <class Functional, class Out, bool Guard, class... Args>
 struct MetaThenOut<Functional, Out, Guard, at::Tensor(Args...)> {
   static at::Tensor call(Args... args) {
-    HostCall c(Functional::name, Functional::overload_name);
+    KernelCall c(Functional::name, Functional::overload_name);
     (see(c, args), ...);
     const auto device = c.device();
     at::Tensor meta = Functional::redispatch(meta_keys(), to_meta(args)...);
     at::Tensor out = at::empty_strided(
         meta.sizes(), meta.strides(),
         meta.options().device(c10::Device(c10::DeviceType::PrivateUse1, device)));
-    HostKernel<Out, typename Out::schema, Guard, Functional>::call(args..., out);
+    UnboxedKernel<Out, typename Out::schema, Guard, Functional>::call(args..., out);
     return out;
   }
 };
@@ -58,9 +58,9 @@ struct InPlaceViaOut<InPlace, Out, Guard, at::Tensor&(Self, Rest...)> {
     TORCH_CHECK(meta_self.sizes() == self.sizes(), "output with shape ", self.sizes(),
                 " doesn't match the broadcast shape ", meta_self.sizes(), " (",
                 InPlace::name, ".", InPlace::overload_name, ")");
-    HostKernel<Out, typename Out::schema, Guard, InPlace>::call(self, rest..., self);
+    UnboxedKernel<Out, typename Out::schema, Guard, InPlace>::call(self, rest..., self);
     return self;
   }
 };
 
-}  // namespace torch_musa::host_kernel
+}  // namespace torch_musa::unboxed

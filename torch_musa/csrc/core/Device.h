@@ -1,8 +1,8 @@
-// Process-wide runtime state: configuration from the hardware profile, the
-// current device and stream of each thread, lazy initialisation.
+// The devices: the runtime's configuration (from the hardware profile), the
+// current device of each thread, lazy initialisation and the fork guard.
 #pragma once
 
-#include "driver.h"
+#include "driver/Driver.h"
 
 #include <c10/core/ScalarType.h>
 #include <c10/core/Stream.h>
@@ -62,14 +62,6 @@ class DeviceSwitch {
   c10::DeviceIndex prev_;
   bool on_;
 };
-
-// Streams: id 0 is the default stream; pool ids follow; other ids are
-// external streams handed in by the user.
-constexpr int kStreamsPerPool = 32;
-c10::Stream default_stream(c10::DeviceIndex index);
-c10::Stream current_stream(c10::DeviceIndex index);
-void set_current_stream(c10::Stream stream);
-c10::Stream pool_stream(c10::DeviceIndex index, int priority);
 
 // Raises once the process forked after the runtime was in use.
 void check_not_forked();
