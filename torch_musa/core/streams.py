@@ -23,7 +23,7 @@ class Stream(torch.Stream):
 
     @property
     def priority(self) -> int:
-        # Pool ids 1..32 are normal priority, 33..64 high (see runtime.cpp).
+        # Pool ids 1..32 are normal priority, 33..64 high (see csrc/core/MUSAStream.cpp).
         return -1 if 33 <= self.stream_id <= 64 else 0
 
     @staticmethod
