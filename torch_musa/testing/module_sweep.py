@@ -284,7 +284,8 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
         status[check] = "fail"
         reasons.setdefault(check, why)
 
-    with torch.random.fork_rng(devices=[]):
+    # The sweep seeds the CPU and musa generators: the caller's states are put back.
+    with torch.random.fork_rng(devices=range(torch.musa.device_count()), device_type="musa"):
         for training in modes:
             mode = "train" if training else "eval"
             try:
