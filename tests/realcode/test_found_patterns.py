@@ -109,3 +109,21 @@ def test_backward_uses_the_callers_intra_op_threads_after_a_pinned_loader(subpyt
     main, cpu_backward, musa_backward = map(int, r.stdout.split())
     assert main == cpu_backward == 2, "the CPU backward should use the caller's threads"
     assert musa_backward == cpu_backward
+
+
+@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason=(
+    "nn.TransformerEncoder's inference fast path (eval, no grad, src_key_padding_mask) turns "
+    "the batch into a nested tensor on any 'cpu', 'cuda' or PrivateUse1 device; musa has no "
+    "NestedTensorPrivateUse1 kernels (_transformer_encoder_layer_fwd, to_padded_tensor)"))
+def test_transformer_encoder_inference_with_padding_mask():
+    """BERT-style inference: padded batch, key-padding mask, default enable_nested_tensor."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2).eval()
+    x = torch.randn(3, 5, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 2 + [True] * 3])
+    with torch.no_grad():
+        cpu = encoder(x, src_key_padding_mask=pad)
+        musa = encoder.to("musa")(x.to("musa"), src_key_padding_mask=pad.to("musa"))
+    # musa's attention is its own kernel (the CPU's is its flash kernel): float32 rounding
+    assert_same(musa, cpu, "encoder output on the padded batch", atol=1e-6, rtol=1e-5)
