@@ -17,7 +17,7 @@ from ._common import assert_same, assert_same_params
 from ._gpt import TinyGPT, lm_loss
 
 
-def _grads(device, **checkpointing):
+def _grads(device, autocast_dtype=None, **checkpointing):
     """Loss and parameter gradients of one forward/backward of the dropout GPT."""
     torch.manual_seed(0)
     model = TinyGPT().to(device)
@@ -26,7 +26,9 @@ def _grads(device, **checkpointing):
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 48, (4, 9), generator=g).to(device)
     torch.manual_seed(2)  # the dropout masks: the same stream on every device
-    loss = lm_loss(model(tokens[:, :-1]), tokens[:, 1:])
+    with torch.autocast(torch.device(device).type, dtype=autocast_dtype or torch.float16,
+                        enabled=autocast_dtype is not None):
+        loss = lm_loss(model(tokens[:, :-1]), tokens[:, 1:])
     loss.backward()
     return loss.item(), {n: p.grad.to("cpu", copy=True) for n, p in model.named_parameters()}
 
@@ -55,6 +57,17 @@ def test_without_preserved_rng_state_musa_draws_what_the_cpu_draws(use_reentrant
     _, plain = _grads("cpu")
     assert not torch.equal(cpu_grads["h.0.c_fc.weight"], plain["h.0.c_fc.weight"]), (
         "fresh masks in the recomputation should change the gradients; the case tests nothing")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("use_reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_recomputation_runs_under_the_forwards_autocast(use_reentrant, dtype):
+    """Mixed precision with checkpointing (Trainer's bf16 + gradient_checkpointing):
+    the recomputed forward must run in musa's autocast state of the forward."""
+    loss, grads = _grads("musa", dtype, use_reentrant=use_reentrant)
+    plain_loss, plain_grads = _grads("musa", dtype)
+    assert loss == plain_loss
+    assert_same_params(grads, plain_grads, f"checkpointed {dtype} autocast gradients")
 
 
 def test_checkpoint_sequential_with_dropout():
