@@ -39,7 +39,8 @@ def test_checkpointed_dropout_gradients_equal_the_plain_run(use_reentrant, devic
     loss, grads = _grads(device, use_reentrant=use_reentrant)
     plain_loss, plain_grads = _grads(device)
     assert loss == plain_loss
-    assert_same_params(grads, plain_grads, f"checkpointed gradients (use_reentrant={use_reentrant})")
+    assert_same_params(grads, plain_grads,
+                       f"checkpointed gradients (use_reentrant={use_reentrant})")
     cpu_loss, cpu_grads = _grads("cpu", use_reentrant=use_reentrant)
     assert loss == cpu_loss
     assert_same_params(grads, cpu_grads, "checkpointed gradients against the CPU run")

@@ -215,7 +215,8 @@ def test_overlapping_write_answers_as_on_the_cpu(fn, cpu_does):
     elif cpu_does == "raises-internal":
         assert cpu_kind == "raises" and "more than one element of the written-to" in cpu_value
     else:
-        assert cpu_kind == "computes", f"the table says the CPU computes, but it raised: {cpu_value}"
+        assert cpu_kind == "computes", (
+            f"the table says the CPU computes, but it raised: {cpu_value}")
     musa_kind, musa_value = _outcome(fn, "musa")
     if cpu_kind == "raises":
         assert musa_kind == "raises", (
@@ -223,7 +224,8 @@ def test_overlapping_write_answers_as_on_the_cpu(fn, cpu_does):
             f"x = {musa_value[1]}")
         assert musa_value == cpu_value
     else:
-        assert musa_kind == "computes", f"the CPU computes {cpu_value}, but musa raised: {musa_value}"
+        assert musa_kind == "computes", (
+            f"the CPU computes {cpu_value}, but musa raised: {musa_value}")
         assert musa_value == cpu_value, (
             f"musa computed (result, x) = {musa_value}, the CPU {cpu_value}")
 
