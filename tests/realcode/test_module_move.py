@@ -155,3 +155,30 @@ def test_resuming_optimizer_state_on_the_device():
     ref_losses = train_steps(ref, ref_opt, batches, "cpu", loss)
     assert losses == ref_losses[2:]
     assert_same_params(params_of(model), params_of(ref), "AdamW resumed on musa")
+
+
+def test_parametrized_weights_keep_their_optimizer_across_the_move():
+    """weight_norm / spectral_norm (vocoders, GAN discriminators) keep the trained
+    tensors as parametrization Parameters (original0/1, original): they must stay
+    the optimizer's too, and spectral_norm's power-iteration buffers must follow."""
+    def build():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+        nn.utils.parametrizations.weight_norm(model[0])
+        nn.utils.parametrizations.spectral_norm(model[2])
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g))
+               for _ in range(3)]
+    model, opt = build()
+    model.to("musa")
+    assert {id(p) for group in opt.param_groups for p in group["params"]} == \
+        {id(p) for p in model.parameters()}
+    losses = train_steps(model, opt, batches, "musa", nn.CrossEntropyLoss())
+    ref, ref_opt = build()
+    ref_losses = train_steps(ref, ref_opt, batches, "cpu", nn.CrossEntropyLoss())
+    assert losses == ref_losses
+    assert_same_params(params_of(model), params_of(ref), "weight_norm / spectral_norm model")
+    assert_same(model[2].parametrizations.weight[0]._u, ref[2].parametrizations.weight[0]._u,
+                "spectral_norm's power-iteration vector")
