@@ -16,16 +16,14 @@ import torch
 from torch import nn
 
 from ._common import assert_same, assert_same_params, params_of, token_batches, train_steps
-from ._gpt import TinyGPT, lm_loss
+from ._gpt import CONFIG, TinyGPT, lm_loss
 
 STEPS = 3
 
 
 def _no_dropout_gpt() -> TinyGPT:
     torch.manual_seed(0)
-    cfg = {**TinyGPT().config, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}
-    torch.manual_seed(0)
-    return TinyGPT(cfg)
+    return TinyGPT({**CONFIG, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0})
 
 
 def _batches():
