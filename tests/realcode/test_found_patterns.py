@@ -25,10 +25,6 @@ def _forwards_inside_one_autocast_region(device):
     return outs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "musa's autocast cast cache re-casts a weight updated in place (it checks the tensor's "
-    "version); CUDA's and the CPU's (at::autocast::cached_cast) hand back the first cast until "
-    "the outermost autocast region exits, so a loop kept inside one region trains differently"))
 def test_autocast_weight_cache_behaves_as_on_cuda_and_the_cpu():
     cpu = _forwards_inside_one_autocast_region("cpu")
     assert torch.equal(cpu[0], cpu[1]), "the CPU's cache should give the first cast again"
@@ -37,9 +33,6 @@ def test_autocast_weight_cache_behaves_as_on_cuda_and_the_cpu():
     assert_same(musa[1], cpu[1], "second forward, inside the same autocast region")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torch.use_deterministic_algorithms(True) fills new memory with NaN on the CPU and CUDA "
-    "(fill_uninitialized_memory); musa's native empty/empty_strided/resize_ kernels do not"))
 @pytest.mark.parametrize("make", [
     pytest.param(lambda d: torch.empty(5, device=d), id="empty"),
     pytest.param(lambda d: torch.empty_strided((5,), (1,), device=d), id="empty_strided"),

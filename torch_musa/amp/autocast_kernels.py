@@ -81,14 +81,18 @@ def _cached_cast(t: torch.Tensor, dtype: torch.dtype, dev: str):
     )
     if not can_cache:
         return t.to(dtype)
+    # Keyed on the tensor alone, as at::autocast::cached_cast is on the CPU and
+    # CUDA: a weight updated in place inside the region keeps its first cast
+    # until the outermost region exits, so a loop kept inside one region trains
+    # as it does there.
     key = id(t)
     hit = _cache.get(key)
     if hit is not None:
-        ref, version, cdtype, casted = hit
-        if ref() is t and version == t._version and cdtype == dtype:
+        ref, cdtype, casted = hit
+        if ref() is t and cdtype == dtype:
             return casted
     casted = t.to(dtype)
-    _cache[key] = (weakref.ref(t), t._version, dtype, casted)
+    _cache[key] = (weakref.ref(t), dtype, casted)
     return casted
 
 

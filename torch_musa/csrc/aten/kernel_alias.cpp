@@ -132,7 +132,7 @@ at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   if (s->data() == nullptr || c10::raw::intrusive_ptr::use_count(s) != 1 ||
       c10::raw::intrusive_ptr::use_count(impl) != 1 ||
-      !DeviceAllocator::owns(s->data_ptr()) || !impl->allow_tensor_metadata_change())
+      !device_allocator().owns(s->data_ptr()) || !impl->allow_tensor_metadata_change())
     return at::Tensor();
   const c10::Device dev(c10::DeviceType::PrivateUse1, device);
   s->mutable_data_ptr().unsafe_set_device(dev);
@@ -150,7 +150,7 @@ c10::Storage adopt_storage(const at::Tensor& t, c10::DeviceIndex device,
   c10::DataPtr dp;
   if (hs->data() == nullptr) {  // nothing to move (empty or zero tensor)
     dp = c10::DataPtr(nullptr, dev);
-  } else if (DeviceAllocator::owns(hs->data_ptr()) &&
+  } else if (device_allocator().owns(hs->data_ptr()) &&
       c10::raw::intrusive_ptr::use_count(hs) == size_t(refs_on_stack)) {
     dp = hs->set_data_ptr(c10::DataPtr(nullptr, hs->device()));
     dp.unsafe_set_device(dev);

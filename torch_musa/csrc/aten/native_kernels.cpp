@@ -10,6 +10,8 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/Functions.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
@@ -33,6 +35,16 @@ void check_no_pin(std::optional<bool> pin_memory) {
               "Only dense CPU tensors can be pinned; musa tensors cannot.");
 }
 
+// Under torch.use_deterministic_algorithms(True) new memory is NaN (or the
+// integer maximum), as the CPU and CUDA make it, so reads of uninitialised
+// memory show instead of passing silently.
+at::Tensor& fill_if_deterministic(at::Tensor& t) {
+  if (C10_UNLIKELY(at::globalContext().deterministicAlgorithms() &&
+                   at::globalContext().deterministicFillUninitializedMemory()))
+    at::native::fill_empty_deterministic_(t);
+  return t;
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size,
                                std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout,
@@ -43,8 +55,9 @@ at::Tensor empty_memory_format(c10::IntArrayRef size,
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "musa supports only strided tensors, got layout ", *layout);
   DeviceSwitch guard(checked_index(device));
-  return at::detail::empty_generic(size, &device_allocator(), kMusaKeys,
-                                   c10::dtype_or_default(dtype), memory_format);
+  at::Tensor t = at::detail::empty_generic(size, &device_allocator(), kMusaKeys,
+                                           c10::dtype_or_default(dtype), memory_format);
+  return fill_if_deterministic(t);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -56,8 +69,9 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "musa supports only strided tensors, got layout ", *layout);
   DeviceSwitch guard(checked_index(device));
-  return at::detail::empty_strided_generic(size, stride, &device_allocator(),
-                                           kMusaKeys, c10::dtype_or_default(dtype));
+  at::Tensor t = at::detail::empty_strided_generic(size, stride, &device_allocator(),
+                                                   kMusaKeys, c10::dtype_or_default(dtype));
+  return fill_if_deterministic(t);
 }
 
 size_t storage_bytes_needed(const c10::TensorImpl* impl) {
@@ -76,8 +90,12 @@ void grow_storage(c10::TensorImpl* impl) {
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
+  const int64_t old_nbytes = impl->storage().nbytes();
   at::native::resize_impl_cpu_(impl, size, std::nullopt, /*resize_storage=*/false);
   grow_storage(impl);
+  if (C10_UNLIKELY(at::globalContext().deterministicAlgorithms() &&
+                   at::globalContext().deterministicFillUninitializedMemory()))
+    at::native::fill_resize_deterministic_(self, old_nbytes);  // the grown part only
   if (memory_format && *memory_format != at::MemoryFormat::Preserve)
     impl->empty_tensor_restride(*memory_format);
   return self;

@@ -1,4 +1,8 @@
-// A caching allocator over the driver. Sizes are rounded to classes (512 B
+// The host driver's device memory: a caching allocator over the driver, the
+// redirect that makes host kernels allocate from its pools, and the choice
+// between it and a driver's own allocator (DriverAllocator.cpp).
+//
+// Sizes are rounded to classes (512 B
 // steps up to 1 MiB, then eight classes per doubling), freed blocks wait in a
 // per-device cache for a request of the same class, and `empty_cache` hands
 // them back to the driver. Statistics follow PyTorch's DeviceStats so that
@@ -157,37 +161,10 @@ void raw_free(void* ptr) {
   }
 }
 
-// The driver's own allocator (cuda driver), or null.
-c10::DeviceAllocator* native() { return config().native_allocator; }
-
-c10::DataPtr allocate_native(c10::DeviceAllocator* na, c10::DeviceIndex d,
-                             size_t nbytes, c10::Device tag) {
-  DeviceSwitch guard(d);
-  c10::DataPtr p;
-  try {
-    p = na->allocate(nbytes);
-  } catch (const c10::OutOfMemoryError& e) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "musa:", int(d), " (", driver().name(),
-                     " driver) is out of memory: ", e.msg());
-  }
-  p.unsafe_set_device(tag);
-  return p;
-}
-
 }  // namespace
 
-c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
-  const auto d = current_device();
-  return allocate_on(d, nbytes, c10::Device(c10::DeviceType::PrivateUse1, d));
-}
-
-c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex d, size_t nbytes,
-                                          c10::Device tag) {
-  check_not_forked();
-  check_device(d);
-  mark_initialized();
-  if (nbytes == 0) return c10::DataPtr(nullptr, tag);
-  if (c10::DeviceAllocator* na = native()) return allocate_native(na, d, nbytes, tag);
+c10::DataPtr CachingAllocator::allocate_bytes(c10::DeviceIndex d, size_t nbytes,
+                                             c10::Device tag) {
   const size_t size = size_class(nbytes);
   std::lock_guard<std::mutex> g(g_mu);
   PerDevice& pd = g_dev[d];
@@ -241,38 +218,20 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex d, size_t nbytes,
   return c10::DataPtr(b->ptr, b->ptr, &raw_free, tag);
 }
 
-c10::DeleterFnPtr DeviceAllocator::raw_deleter() const {
-  if (c10::DeviceAllocator* na = native()) return na->raw_deleter();
+c10::DeleterFnPtr CachingAllocator::raw_deleter() const {
   return &raw_free;
 }
 
-bool DeviceAllocator::owns(const c10::DataPtr& ptr) {
-  if (c10::DeviceAllocator* na = native())
-    return ptr.get_deleter() == na->raw_deleter();
-  return ptr.get_deleter() == &raw_free;
-}
+// Kernels run eagerly on the host: a block is free when its tensor is.
+void CachingAllocator::recordStream(const c10::DataPtr&, c10::Stream) {}
 
-void DeviceAllocator::copy_data(void* dst, const void* src, std::size_t n) const {
-  driver().memcpy(dst, src, n, current_stream(current_device()));
-}
-
-void DeviceAllocator::recordStream(const c10::DataPtr& p, c10::Stream s) {
-  if (c10::DeviceAllocator* na = native())
-    na->recordStream(p, c10::Stream(c10::Stream::UNSAFE,
-                                    c10::Device(driver().kernel_device_type(),
-                                                s.device_index()),
-                                    s.id()));
-}
-
-void DeviceAllocator::emptyCache(c10::MempoolId_t id) {
-  if (c10::DeviceAllocator* na = native()) return na->emptyCache(id);
+void CachingAllocator::emptyCache(c10::MempoolId_t id) {
   std::lock_guard<std::mutex> g(g_mu);
   for (int d = 0; d < device_count(); ++d) release_cached(d);
 }
 
-DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex d) {
+DeviceStats CachingAllocator::getDeviceStats(c10::DeviceIndex d) {
   check_device(d);
-  if (c10::DeviceAllocator* na = native()) return na->getDeviceStats(d);
   std::lock_guard<std::mutex> g(g_mu);
   DeviceStats s = g_dev[d].stats;
   s.max_split_size = g_settings.max_split_size == SIZE_MAX
@@ -280,9 +239,8 @@ DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex d) {
   return s;
 }
 
-void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex d) {
+void CachingAllocator::resetAccumulatedStats(c10::DeviceIndex d) {
   check_device(d);
-  if (c10::DeviceAllocator* na = native()) return na->resetAccumulatedStats(d);
   std::lock_guard<std::mutex> g(g_mu);
   DeviceStats& s = g_dev[d].stats;
   for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
@@ -295,9 +253,8 @@ void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex d) {
   s.oversize_segments.reset_accumulated();
 }
 
-void DeviceAllocator::resetPeakStats(c10::DeviceIndex d) {
+void CachingAllocator::resetPeakStats(c10::DeviceIndex d) {
   check_device(d);
-  if (c10::DeviceAllocator* na = native()) return na->resetPeakStats(d);
   std::lock_guard<std::mutex> g(g_mu);
   DeviceStats& s = g_dev[d].stats;
   for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
@@ -308,29 +265,25 @@ void DeviceAllocator::resetPeakStats(c10::DeviceIndex d) {
   s.oversize_segments.reset_peak();
 }
 
-std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex d) {
+std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(c10::DeviceIndex d) {
   check_device(d);
-  if (c10::DeviceAllocator* na = native()) return na->getMemoryInfo(d);
   std::lock_guard<std::mutex> g(g_mu);
   const int64_t total = config().capacity_bytes;
   return {size_t(std::max<int64_t>(0, total - reserved(d))), size_t(total)};
 }
 
-void DeviceAllocator::set_memory_fraction(double fraction, c10::DeviceIndex d) {
-  check_device(d);
-  TORCH_CHECK(fraction >= 0 && fraction <= 1,
-              "Invalid fraction value: ", fraction, ". Allowed range: 0~1");
-  if (native()) return driver().set_memory_fraction(fraction, d);
+void CachingAllocator::set_memory_fraction(double fraction, c10::DeviceIndex d) {
+  check_memory_fraction(fraction, d);
   std::lock_guard<std::mutex> g(g_mu);
   g_dev[d].fraction = fraction;
 }
 
-void DeviceAllocator::set_settings(const AllocatorSettings& s) {
+void CachingAllocator::set_settings(const AllocatorSettings& s) {
   std::lock_guard<std::mutex> g(g_mu);
   g_settings = s;
 }
 
-std::vector<SegmentInfo> DeviceAllocator::snapshot() {
+std::vector<SegmentInfo> CachingAllocator::snapshot() {
   std::lock_guard<std::mutex> g(g_mu);
   std::vector<SegmentInfo> out;
   out.reserve(g_blocks.size());
@@ -340,8 +293,7 @@ std::vector<SegmentInfo> DeviceAllocator::snapshot() {
   return out;
 }
 
-int DeviceAllocator::device_of(const void* ptr) {
-  if (native()) return driver().device_of(ptr);
+int CachingAllocator::device_of(const void* ptr) {
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> g(g_mu);
   auto it = g_blocks.upper_bound(p);
@@ -350,53 +302,37 @@ int DeviceAllocator::device_of(const void* ptr) {
   return p < it->first + it->second->size ? it->second->device : -1;
 }
 
+// ---- what both allocators share -------------------------------------------
+
+c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
+  const auto d = current_device();
+  return allocate_on(d, nbytes, c10::Device(c10::DeviceType::PrivateUse1, d));
+}
+
+c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex d, size_t nbytes,
+                                          c10::Device tag) {
+  check_not_forked();
+  check_device(d);
+  mark_initialized();
+  if (nbytes == 0) return c10::DataPtr(nullptr, tag);
+  return allocate_bytes(d, nbytes, tag);
+}
+
+void DeviceAllocator::copy_data(void* dst, const void* src, std::size_t n) const {
+  driver().memcpy(dst, src, n, current_stream(current_device()));
+}
+
+void check_memory_fraction(double fraction, c10::DeviceIndex d) {
+  check_device(d);
+  TORCH_CHECK(fraction >= 0 && fraction <= 1,
+              "Invalid fraction value: ", fraction, ". Allowed range: 0~1");
+}
+
 DeviceAllocator& device_allocator() {
-  static DeviceAllocator a;
-  return a;
-}
-
-// ---- pinned host memory ----------------------------------------------------
-
-namespace {
-std::mutex g_pinned_mu;
-std::map<uintptr_t, size_t> g_pinned;
-
-void pinned_free(void* ptr) {
-  {
-    std::lock_guard<std::mutex> g(g_pinned_mu);
-    g_pinned.erase(reinterpret_cast<uintptr_t>(ptr));
-  }
-  driver().free_host(ptr);
-}
-
-struct PinnedAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t n) override {
-    void* p = driver().malloc_host(n);
-    TORCH_CHECK_WITH(OutOfMemoryError, p, "musa: cannot allocate ", n,
-                     " bytes of pinned host memory");
-    std::lock_guard<std::mutex> g(g_pinned_mu);
-    g_pinned.emplace(reinterpret_cast<uintptr_t>(p), std::max<size_t>(n, 1));
-    return c10::DataPtr(p, p, &pinned_free, c10::Device(c10::DeviceType::CPU));
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
-  void copy_data(void* dst, const void* src, std::size_t n) const override {
-    std::memcpy(dst, src, n);
-  }
-};
-}  // namespace
-
-c10::Allocator& pinned_allocator() {
-  static PinnedAllocator a;
-  return a;
-}
-
-bool is_pinned(const void* ptr) {
-  const auto p = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> g(g_pinned_mu);
-  auto it = g_pinned.upper_bound(p);
-  if (it == g_pinned.begin()) return false;
-  --it;
-  return p < it->first + it->second;
+  static CachingAllocator caching;
+  static DriverAllocator driver_owned;
+  if (config().native_allocator) return driver_owned;
+  return caching;
 }
 
 // ---- host kernels allocating device memory ---------------------------------
