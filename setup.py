@@ -11,7 +11,11 @@ import os
 import sys
 
 from setuptools import setup
-import torch
+
+# Building must not load the package being built (torch autoloads an installed
+# torch_musa, whose extensions may be stale or missing until this build ends).
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+import torch  # noqa: E402
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,8 +34,8 @@ sources = (
     sorted(f for f in glob.glob(os.path.join(csrc, "**", "*.cpp"), recursive=True)
            if not f.startswith(cuda_driver))
     + sorted(glob.glob(os.path.join(GENERATED, "*.cpp")))
-    + [os.path.join("torch_musa", "distributed", "csrc", f) for f in ("mccl_ops.cpp", "py_work.cpp")]
 )
+distributed_sources = sorted(glob.glob(os.path.join("torch_musa", "distributed", "csrc", "*.cpp")))
 with_cuda = (
     torch.version.cuda is not None
     and CUDA_HOME is not None
@@ -56,7 +60,14 @@ setup(
             # another mismatches c10's inline code and crashed the first
             # c10::str on the GPU machine.
             extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden"]},
-        )
+        ),
+        # The mccl backend's C++, a module above the runtime (it reaches the
+        # runtime through the capsule torch_musa._C exports).
+        CppExtension(
+            "torch_musa.distributed._C",
+            distributed_sources,
+            extra_compile_args={"cxx": ["-O2", "-g0", "-fvisibility=hidden"]},
+        ),
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
 )

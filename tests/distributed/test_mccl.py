@@ -140,8 +140,6 @@ def test_a_work_only_cpp_holds_outlives_its_python_object(subpython):
 def test_held_work_answers_cpp_and_python_alike():
     """The C++ Work that holds a Python one forwards every query to it, and a failed
     future raises through C++ as well, naming the collective."""
-    from torch_musa import _C
-
     class Failing(dist.Work):
         def __init__(self, fut):
             super().__init__()
@@ -177,7 +175,7 @@ def test_held_work_answers_cpp_and_python_alike():
         with pytest.raises(RuntimeError, match="mccl broadcast: peer went away"):
             f.wait()
     with pytest.raises(RuntimeError, match="expects an exception instance"):
-        _C._mccl_set_future_error(torch.futures.Future(), 3)
+        mccl._mccl_C._set_future_error(torch.futures.Future(), 3)
 
 
 def _C_work_future(w):

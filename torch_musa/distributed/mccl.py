@@ -2,7 +2,7 @@
 
 On the host driver, device memory is host RAM, so ``mccl`` does not carry a
 collective engine of its own: it runs PyTorch's Gloo on zero-copy host aliases
-of the musa tensors (``torch_musa._C._host_alias``: a CPU tensor over the same
+of the musa tensors (``torch_musa._C._kernel_alias``: a CPU tensor over the same
 bytes, same sizes/strides/offset). Gloo reads and writes the musa tensors'
 memory in place; nothing is staged or copied back.
 
@@ -41,6 +41,8 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
+from torch_musa.distributed import _C as _mccl_C  # loading it registers the C++ kernels
+
 __all__ = ["version", "is_available", "engine", "VERSION"]
 
 #: Version of the mccl layer (major, minor, patch); the engine is Gloo or NCCL (see engine()).
@@ -75,16 +77,16 @@ def is_available(tensors=None) -> bool:
 def _load_alias():
     from torch_musa import _C
 
-    fn = getattr(_C, "_host_alias", None)
+    fn = getattr(_C, "_kernel_alias", None)
     if fn is None:
         raise RuntimeError(
-            "torch_musa._C._host_alias is missing: this build of the torch_musa extension "
+            "torch_musa._C._kernel_alias is missing: this build of the torch_musa extension "
             "predates the mccl backend; rebuild torch_musa")
     return fn
 
 
 _host_alias = None   # the alias the kernels use: _kernel_alias, or _staged_alias under the cuda driver
-_kernel_alias = None  # torch_musa._C._host_alias: host tensor (host driver) or CUDA tensor (cuda driver)
+_kernel_alias = None  # torch_musa._C._kernel_alias: host tensor (host driver) or CUDA tensor (cuda driver)
 _TL = threading.local()
 
 
@@ -315,18 +317,14 @@ def _flat_tensors(value):
 def _held(work):
     """``work`` boxed inside a C++ Work that owns it: the Python object lives as long
     as anyone, C++ or Python, holds the Work (csrc/py_work.cpp)."""
-    from torch_musa import _C
-
-    return _C._mccl_hold_work(work).boxed()
+    return _mccl_C._hold_work(work).boxed()
 
 
 def _fail(fut, errors, err):
     """Complete ``fut`` with a real error (seen through C++ as well, unlike
     ``Future.set_exception``) and keep ``err`` for the Work's ``wait()`` to raise."""
-    from torch_musa import _C
-
     errors.append(err)
-    _C._mccl_set_future_error(fut, err)
+    _mccl_C._set_future_error(fut, err)
 
 
 _DONE_WORK = None  # set by _install_kernels

@@ -17,7 +17,6 @@
 namespace torch_musa {
 void register_device();
 void init_nan_check(pybind11::module_& m);
-void init_mccl_py_work(pybind11::module_& m);
 }
 
 namespace {
@@ -179,11 +178,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_op_debug_callback", &set_debug_callback);
   // A CPU tensor over a musa tensor's bytes (zero copy; keeps the storage
   // alive). For host-side engines such as Gloo under the mccl backend.
-  m.def("_host_alias", [](const at::Tensor& t) {
-    TORCH_CHECK(t.is_privateuseone(), "_host_alias expects a musa tensor, got ", t.device());
+  m.def("_kernel_alias", [](const at::Tensor& t) {
+    TORCH_CHECK(t.is_privateuseone(), "_kernel_alias expects a musa tensor, got ", t.device());
     return kernel_alias(t);
   });
+  // The same function for C++ above the runtime (torch_musa.distributed._C).
+  m.attr("_kernel_alias_capi") = py::capsule(
+      reinterpret_cast<void*>(static_cast<at::Tensor (*)(const at::Tensor&)>(&kernel_alias)),
+      "torch_musa._C._kernel_alias_capi");
   m.def("_register_fallback_ops", &register_fallback_for);
   init_nan_check(m);
-  init_mccl_py_work(m);
 }

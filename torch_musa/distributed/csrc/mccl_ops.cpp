@@ -7,8 +7,7 @@
 // Errors name the collective. The other collectives are served by
 // torch_musa/distributed/mccl.py.
 //
-// Built either into torch_musa._C (add this file to the extension's sources) or
-// on its own (torch_musa/distributed/native.py); `torch.ops.mccl.native_ops()`
+// Built into torch_musa.distributed._C (module.cpp); `torch.ops.mccl.native_ops()`
 // lists what it serves so the Python side does not override it.
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
@@ -69,23 +68,16 @@ at::Tensor staged_copy(const at::Tensor& t) {
   return h;
 }
 
+// The runtime's alias of a musa tensor as a tensor of the kernel device (the
+// same bytes: a host tensor on the host driver, a CUDA tensor on the cuda
+// driver), exported by torch_musa._C as a capsule: one alias implementation.
+using KernelAliasFn = at::Tensor (*)(const at::Tensor&);
+KernelAliasFn g_kernel_alias = nullptr;
+
 at::Tensor host_view(const at::Tensor& t) {
   if (!t.is_privateuseone()) return t;
   if (tl_stage != nullptr) return staged_copy(t);
-  const bool cuda = g_cuda_aliases.load(std::memory_order_relaxed);
-  const c10::Storage& st = t.storage();
-  auto* keep = new c10::Storage(st);  // the alias keeps the musa storage alive
-  at::DataPtr dp(st.mutable_data(), keep,
-                 [](void* ctx) { delete static_cast<c10::Storage*>(ctx); },
-                 cuda ? at::Device(at::kCUDA, t.device().index()) : at::Device(at::kCPU));
-  auto impl = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), st.nbytes(), std::move(dp),
-      /*allocator=*/nullptr, /*resizable=*/false);
-  auto out = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(impl)),
-      c10::DispatchKeySet(cuda ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU), t.dtype());
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return out;
+  return g_kernel_alias(t);
 }
 
 std::vector<at::Tensor> aliases(at::TensorList ts) {
@@ -536,3 +528,11 @@ struct Registration {
 const Registration registration;
 
 }  // namespace
+
+namespace torch_musa {
+void init_mccl_kernel_alias() {
+  auto* fn = PyCapsule_Import("torch_musa._C._kernel_alias_capi", 0);
+  if (fn == nullptr) throw pybind11::error_already_set();
+  g_kernel_alias = reinterpret_cast<KernelAliasFn>(fn);
+}
+}  // namespace torch_musa

@@ -3,11 +3,11 @@
 // A Python subclass of c10d::Work lives in its Python object: when C++ (DDP,
 // the functional collectives' work registry, a boxed Work in a graph) holds
 // only the C++ pointer and the Python object is collected, a later C++ wait()
-// reaches the base Work::wait, which never returns. `_mccl_hold_work` wraps the
+// reaches the base Work::wait, which never returns. `_hold_work` wraps the
 // Python Work in a C++ Work that owns a reference to it, so the Python object
 // lives exactly as long as anyone, C++ or Python, holds the Work.
 //
-// `_mccl_set_future_error` completes a torch.futures.Future with a real error:
+// `_set_future_error` completes a torch.futures.Future with a real error:
 // Future.set_exception only stores the exception as the value and raises it
 // from that one Python wrapper, so a consumer that reaches the future through
 // C++ (Work.get_future, DDP hooks) would get the exception object as a result.
@@ -90,10 +90,10 @@ void set_future_error(const std::shared_ptr<torch::jit::PythonFutureWrapper>& fu
 }  // namespace
 
 void init_mccl_py_work(py::module_& m) {
-  m.def("_mccl_hold_work", [](py::object work) -> c10::intrusive_ptr<c10d::Work> {
+  m.def("_hold_work", [](py::object work) -> c10::intrusive_ptr<c10d::Work> {
     return c10::make_intrusive<HeldPyWork>(std::move(work));
   });
-  m.def("_mccl_set_future_error", &set_future_error);
+  m.def("_set_future_error", &set_future_error);
 }
 
 }  // namespace torch_musa
