@@ -38,7 +38,7 @@ import warnings
 import torch
 
 import torch_musa  # noqa: F401  (registers the musa device first)
-from torch_musa.utils.musa_converter.table import load_table, review_items
+from torch_musa.cuda_mapping import load_table, review_items
 
 # The module, not the ``device`` class that torch_musa.core exports under its name.
 _musa_device = importlib.import_module("torch_musa.core.device")

@@ -5,9 +5,9 @@ or ``python -m torch_musa.utils.musa_converter``. From Python::
 
     from torch_musa.utils.musa_converter import convert_source, port_source, run, Options
 
-One versioned mapping table (``mapping.yaml``) drives this converter and the
-runtime layer ``torch_musa.cuda_compat``. Names load lazily, so the runtime
-layer can read the table without importing libcst.
+One versioned mapping table (``torch_musa/cuda_mapping.yaml``) drives this
+converter and ``torch_musa.cuda_compat``. Names load lazily, so the command
+starts without importing libcst until it rewrites Python.
 """
 import importlib
 
@@ -16,16 +16,17 @@ _EXPORTS = {
     "Options": "engine",
     "run": "engine",
     "convert_source": "python_rewriter",
-    "TABLE_PATH": "table",
-    "load_table": "table",
-    "review_items": "table",
     "main": "cli",
 }
 
-__all__ = sorted(_EXPORTS)
+_TABLE_NAMES = ("TABLE_PATH", "load_table", "review_items")  # re-exported from torch_musa.cuda_mapping
+
+__all__ = sorted([*_EXPORTS, *_TABLE_NAMES])
 
 
 def __getattr__(name):
+    if name in _TABLE_NAMES:
+        return getattr(importlib.import_module("torch_musa.cuda_mapping"), name)
     mod = _EXPORTS.get(name)
     if mod is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from torch_musa.utils.musa_converter.table import Table, load_table
+from torch_musa.cuda_mapping import Table, load_table
 
 _TOKEN = re.compile(
     r'(?P<inc>^[ \t]*#[ \t]*include[ \t]*)(?P<q>[<"])(?P<path>[^>"\n]+)[>"]'

@@ -22,7 +22,7 @@ import shutil
 import sys
 
 from torch_musa.utils.musa_converter import engine
-from torch_musa.utils.musa_converter.table import load_table
+from torch_musa.cuda_mapping import load_table
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from torch_musa.utils.musa_converter import c_porter, python_rewriter
-from torch_musa.utils.musa_converter.table import load_table
+from torch_musa.cuda_mapping import load_table
 
 BACKUP_DIRNAME = ".musa_converter_backup"
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", BACKUP_DIRNAME}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torch_musa.utils.musa_converter.table import Table, load_table
+from torch_musa.cuda_mapping import Table, load_table
 
 LAUNCH_IMPORT = "import torch_musa"
 

@@ -1,7 +1,8 @@
-"""The CUDA -> MUSA mapping table (``mapping.yaml``), loaded once and compiled.
+"""The CUDA -> MUSA mapping table (``cuda_mapping.yaml``), loaded once and compiled.
 
-The same table drives the static converter and ``torch_musa.cuda_compat``.
-Loading it needs only PyYAML and the standard library.
+The same table drives the static converter (``utils/musa_converter``, a tool)
+and ``torch_musa.cuda_compat`` (a subsystem), so it sits below both, as data:
+it imports nothing from torch_musa and needs only PyYAML and the standard library.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-TABLE_PATH = os.path.join(os.path.dirname(__file__), "mapping.yaml")
+TABLE_PATH = os.path.join(os.path.dirname(__file__), "cuda_mapping.yaml")
 
 # An identifier character: word boundaries are "not preceded/followed by one".
 _W = r"A-Za-z0-9_"
