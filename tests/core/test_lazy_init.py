@@ -30,13 +30,15 @@ def test_seeds_queued_before_init_apply_last_one_wins(subpython):
         import torch, torch_musa
         torch.musa.manual_seed_all(1)
         torch.manual_seed(7)               # reaches musa as manual_seed_all(7)
-        a = torch.rand(4, device="musa").cpu()
-        torch.manual_seed(7)
-        b = torch.rand(4)
-        print(torch.equal(a, b))
+        a = torch.rand(4, device="musa")   # the first tensor: the queued seeds run
+        torch.musa.manual_seed_all(7)      # now initialised: runs at once
+        b = torch.rand(4, device="musa")
+        torch.musa.manual_seed_all(1)
+        c = torch.rand(4, device="musa")
+        print(torch.equal(a, b), torch.equal(a, c))
     """)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "True"
+    assert r.stdout.split() == ["True", "False"]
 
 
 def test_a_failing_queued_call_names_where_it_was_queued(subpython):
