@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from torch_musa import _state
-from torch_musa.ops.sweep_common import PROFILE_LIMIT, load_testing_db
+from torch_musa.testing.sweep_common import PROFILE_LIMIT, load_testing_db
 from torch_musa.testing import module_sweep
 from torch_musa.testing.module_sweep import CHECKS, Result
 

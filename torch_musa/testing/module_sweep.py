@@ -42,8 +42,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import torch_musa
 from torch_musa import _state
-from torch_musa.ops.sweep_common import (TOL, compare, draw_counts, load_testing_db, profile_limited,
-                                         rate, to_device, weighted_grads, weighted_sum)
+from .sweep_common import (TOL, compare, draw_counts, load_testing_db, profile_limited, rate,
+                           to_device, weighted_grads, weighted_sum)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 CHECKS = ("forward", "backward", "identity", "state_dict")

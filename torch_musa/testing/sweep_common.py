@@ -1,7 +1,6 @@
 """What the database sweeps share: musa against the CPU device, compared the same way.
 
-``opinfo_sweep`` (op_db, this layer) and ``torch_musa.testing.module_sweep``
-(module_db, the tools layer above) load PyTorch's test databases, move inputs,
+``opinfo_sweep`` (op_db) and ``module_sweep`` (module_db) load PyTorch's test databases, move inputs,
 compare results, take gradients, tell the hardware profile's dtype limit from
 real failures and draw their counts through these helpers, so both report the
 same thing the same way.

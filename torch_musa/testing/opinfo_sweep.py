@@ -5,7 +5,7 @@ dtype (float32, float16, bfloat16 where the profile has it, int64, bool) run
 on the CPU and on musa with the same seed, forward and, where the op supports
 autograd, backward; results are compared at dtype-aware tolerances.
 
-    python -m torch_musa.ops.opinfo_sweep [--sample N] [--json out.json] [--png out.png]
+    python -m torch_musa.testing.opinfo_sweep [--sample N] [--json out.json] [--png out.png]
 """
 from __future__ import annotations
 

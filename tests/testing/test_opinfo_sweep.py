@@ -1,7 +1,7 @@
 """A sampled OpInfo sweep: op_db ops on musa against the CPU device.
 
 CI runs every 15th op of the database (all its dtypes), which covers each
-kind of op; `python -m torch_musa.ops.opinfo_sweep` runs the whole database.
+kind of op; `python -m torch_musa.testing.opinfo_sweep` runs the whole database.
 Every failure must be listed, with its reason, in opinfo_expected_failures.yaml.
 """
 from pathlib import Path
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torch_musa.ops import opinfo_sweep
+from torch_musa.testing import opinfo_sweep
 
 EXPECTED = yaml.safe_load((Path(__file__).parent / "opinfo_expected_failures.yaml").read_text()) or {}
 SAMPLE = 15
