@@ -264,10 +264,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cuda_worker:
         return cuda_worker(args.batch, args.seq, args.steps)
-    import torch_musa  # noqa: F401  (not in the worker: see the module docstring)
-    from torch_musa import _state
+    from torch_musa.config import CONFIG  # not in the worker: see the module docstring
 
-    if _state.driver != "cuda":
+    if CONFIG.driver != "cuda":
         print("run with TORCH_MUSA_DRIVER=cuda on a machine with an NVIDIA GPU", file=sys.stderr)
         return 2
     print(f"{'work':<28} {'musa µs':>12} {'cuda µs':>12} {'ratio':>7} {'target':>7}")

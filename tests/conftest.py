@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import torch_musa  # noqa: F401
+from torch_musa.config import CONFIG
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -32,9 +33,7 @@ def pytest_collection_modifyitems(config, items):
     are expected to fail, each for the reason given there (host-driver behaviour
     a GPU does not have); everything else must pass. Strict: a listed test that
     passes fails the run, so the list names exactly what fails."""
-    from torch_musa import _state
-
-    if _state.driver != "cuda":
+    if CONFIG.driver != "cuda":
         return
     from tests import expected_failures
 

@@ -19,18 +19,10 @@ import torch  # noqa: E402
 
 __version__ = "0.1.0"
 
-import os as _os  # noqa: E402
+from torch_musa.config import CONFIG as _CONFIG  # noqa: E402  (reads the environment, once)
+from torch_musa import _C, _runtime  # noqa: E402
 
-if _os.environ.get("TORCH_MUSA_CUDA_COMPAT"):
-    # Only under the switch: a plain `import torch_musa.cuda_compat` later must
-    # still find the module unloaded, since importing it is what enables it.
-    from torch_musa import cuda_compat as _cuda_compat
-
-    _cuda_compat.apply_env_aliases()  # CUDA_VISIBLE_DEVICES etc., before _state reads them
-
-from torch_musa import _C, _state  # noqa: E402
-
-_state.configure_runtime()
+_runtime.configure()
 _C._register_device()
 torch.utils.rename_privateuse1_backend("musa")
 
@@ -51,7 +43,7 @@ _C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
 _fallback_routes.install()
 _registry.register_customized()
 _rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
-_registry.configure_from_env()
+_registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
 _musa_module.comm.install()  # torch.nn.parallel (DataParallel) across musa devices
@@ -61,7 +53,7 @@ from torch_musa import amp as _amp  # noqa: E402
 from torch_musa import attention as _attention  # noqa: E402
 
 _amp.register()  # AutocastPrivateUse1 kernels, GradScaler without float64, torch.musa.amp
-if _state.driver == "host":
+if _CONFIG.driver == "host":
     _attention.register()  # SDPA backend choice and the flash kernels
 else:
     from torch_musa.attention import gpu as _attention_gpu
@@ -78,7 +70,11 @@ except (AttributeError, TypeError):
     pass
 
 
-if _os.environ.get("TORCH_MUSA_CUDA_COMPAT"):
+if _CONFIG.cuda_compat:
+    # Only under the switch: a plain `import torch_musa.cuda_compat` later must
+    # still find the module unloaded, since importing it is what enables it.
+    from torch_musa import cuda_compat as _cuda_compat
+
     _cuda_compat.maybe_enable_from_env()
 
 __all__ = ["__version__"]

@@ -12,37 +12,35 @@ import textwrap
 import pytest
 import torch
 
-from torch_musa import _state
+from torch_musa.config import CONFIG, runtime
 from torch_musa.testing import models
 from torch_musa.testing.models import train
 
-on_cuda = pytest.mark.skipif(_state.driver != "cuda",
+on_cuda = pytest.mark.skipif(CONFIG.driver != "cuda",
                              reason="needs TORCH_MUSA_DRIVER=cuda and a GPU (scripts/gpu_run.sh)")
 
 
 def test_driver_choice(subpython):
     r = subpython("import torch_musa", env={"TORCH_MUSA_DRIVER": "tpu"})
     assert r.returncode != 0
-    assert "TORCH_MUSA_DRIVER='tpu' is not a musa driver; choose one of ['host', 'cuda']" in r.stderr
+    assert "TORCH_MUSA_DRIVER='tpu': not a musa driver; allowed: host, cuda" in r.stderr
     if not torch.cuda.is_available():
         r = subpython("import torch_musa", env={"TORCH_MUSA_DRIVER": "cuda"})
         assert r.returncode != 0
         assert "TORCH_MUSA_DRIVER=cuda" in r.stderr and "unset TORCH_MUSA_DRIVER" in r.stderr
     r = subpython("import torch, torch_musa; print(torch_musa._C._driver_name())")
     assert r.stdout.strip() == ("host" if "TORCH_MUSA_DRIVER" not in __import__("os").environ
-                                else _state.driver)
+                                else CONFIG.driver)
 
 
 def test_musa_settings_stand_for_the_cuda_ones():
-    from torch_musa.core import env
-
     given = {"MUSA_VISIBLE_DEVICES": "1", "PYTORCH_MUSA_ALLOC_CONF": "expandable_segments:True"}
-    assert env.cuda_driver_env(given) == {"CUDA_VISIBLE_DEVICES": "1",
+    assert runtime.cuda_driver_env(given) == {"CUDA_VISIBLE_DEVICES": "1",
                                           "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     # an explicit CUDA setting wins; nothing musa-side given, nothing set
-    assert env.cuda_driver_env({**given, "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}) == \
+    assert runtime.cuda_driver_env({**given, "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}) == \
         {"CUDA_VISIBLE_DEVICES": "1"}
-    assert env.cuda_driver_env({"PATH": "/bin"}) == {}
+    assert runtime.cuda_driver_env({"PATH": "/bin"}) == {}
 
 
 @on_cuda

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch_musa
 import torch_musa.distributed
 from tests.distributed import launch
-from torch_musa import _state
+from torch_musa.config import CONFIG
 from torch_musa.distributed import mccl
 
 torch_musa.distributed.register()
@@ -53,7 +53,7 @@ def _run(scenario: str, world: int, env: tuple = ()):
         pytest.skip("the C++ kernels could not be built here")
     # Under the cuda driver every rank starts CUDA and stages Gloo calls through host copies
     # on one shared GPU: slower, and one staged launch overran 100 s among 8 test workers.
-    limit = 100 if _state.driver == "host" else 300
+    limit = 100 if CONFIG.driver == "host" else 300
     results, elapsed, logs = launch.launch(scenario, world, timeout=limit, env=dict(env))
     return results, logs
 
@@ -96,21 +96,18 @@ def test_native_kernels_serve_the_hot_ops():
 
 
 def test_engine_choice(monkeypatch):
-    monkeypatch.delenv("MCCL_ENGINE", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    if _state.driver == "host":
-        assert mccl.engine(2) == "gloo"
-        monkeypatch.setenv("MCCL_ENGINE", "nccl")
+    if CONFIG.driver == "host":
+        assert mccl.engine(2, "auto") == mccl.engine(2, "gloo") == "gloo"
         with pytest.raises(mccl.MCCLError, match="MCCL_ENGINE=nccl needs the cuda driver"):
-            mccl.engine(2)
+            mccl.engine(2, "nccl")
     else:  # one rank per GPU: NCCL; more ranks than GPUs on this host: Gloo on the CUDA aliases
-        assert mccl.engine(1) == "nccl"
-        assert mccl.engine(torch.cuda.device_count() + 1) == "gloo"
-        monkeypatch.setenv("MCCL_ENGINE", "gloo")
-        assert mccl.engine(1) == "gloo"
-    monkeypatch.setenv("MCCL_ENGINE", "mpi")
-    with pytest.raises(ValueError, match="MCCL_ENGINE='mpi': choose 'auto', 'gloo' or 'nccl'"):
-        mccl.engine(1)
+        assert mccl.engine(1, "auto") == "nccl"
+        assert mccl.engine(torch.cuda.device_count() + 1, "auto") == "gloo"
+        assert mccl.engine(1, "gloo") == "gloo"
+    assert mccl.engine(2) == mccl.engine(2, CONFIG.mccl_engine)  # MCCL_ENGINE, read at import
+    with pytest.raises(ValueError, match="mccl engine 'mpi': choose 'auto', 'gloo' or 'nccl'"):
+        mccl.engine(1, "mpi")
 
 
 def test_a_work_only_cpp_holds_outlives_its_python_object(subpython):

@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-import torch_musa
 from torch_musa import testing
+from torch_musa.config import CONFIG
 from torch_musa.testing import OpTest, UnsupportedDtypeError
 
-PROFILE = torch_musa._state.profile
+PROFILE = CONFIG.profile
 
 
 def test_arch_and_lists_follow_the_profile():

@@ -22,6 +22,7 @@ import weakref
 import torch
 
 from torch_musa.amp import policy
+from torch_musa.config import CONFIG
 
 KEY = "AutocastPrivateUse1"
 _EXCLUDE = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
@@ -43,9 +44,7 @@ def _device_type() -> str:
 
 def _check_dtype(dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16:
-        from torch_musa import _state
-
-        p = _state.profile  # the process's profile, chosen once at import
+        p = CONFIG.profile
         if not p.supports_bf16:
             raise RuntimeError(
                 f"musa autocast: bfloat16 is not supported by the hardware profile {p.name} "

@@ -12,13 +12,9 @@ import torch
 from torch.amp.grad_scaler import GradScaler as _TorchGradScaler
 from torch.amp.grad_scaler import OptState
 
+from torch_musa.config import CONFIG
+
 _original_unscale = _TorchGradScaler.unscale_
-
-
-def _fp64_supported() -> bool:
-    from torch_musa.core.profiles import selected_profile
-
-    return selected_profile().supports_fp64
 
 
 def _musa_unscale_(self, optimizer) -> None:
@@ -32,7 +28,7 @@ def _musa_unscale_(self, optimizer) -> None:
         raise RuntimeError("unscale_() is being called after step().")
     if self._scale is None:
         raise AssertionError("_scale is None in unscale_")
-    if _fp64_supported():
+    if CONFIG.profile.supports_fp64:
         inv_scale = self._scale.double().reciprocal().float()
     else:
         inv_scale = self._scale.reciprocal()

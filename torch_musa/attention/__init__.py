@@ -33,6 +33,7 @@ from torch.nn.attention import SDPBackend
 
 from torch_musa.attention import flash
 from torch_musa.attention.flash import flash_attention_backward, flash_attention_forward
+from torch_musa.config import CONFIG
 
 __all__ = ["register", "flash_constraint_failures", "max_flash_head_dim", "select_backend",
            "flash_attention_forward", "flash_attention_backward"]
@@ -45,15 +46,9 @@ _OVERRIDEABLE = int(SDPBackend.OVERRIDEABLE)
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 
 
-def _profile():
-    from torch_musa.core.profiles import selected_profile
-
-    return selected_profile()
-
-
 def max_flash_head_dim() -> int:
     """128, or 160 on MUSA arch 3.x and later."""
-    return 160 if _profile().major >= 3 else 128
+    return 160 if CONFIG.profile.major >= 3 else 128
 
 
 def flash_constraint_failures(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -69,8 +64,8 @@ def flash_constraint_failures(query, key, value, attn_mask=None, dropout_p=0.0, 
         return fails
     if query.dtype not in _FLASH_DTYPES:
         fails.append(f"dtype must be float16 or bfloat16; got {query.dtype}")
-    elif query.dtype == torch.bfloat16 and not _profile().supports_bf16:
-        p = _profile()
+    elif query.dtype == torch.bfloat16 and not CONFIG.profile.supports_bf16:
+        p = CONFIG.profile
         fails.append(f"bfloat16 is not supported by the profile {p.name} (MUSA arch {p.major}.{p.minor})")
     if not (query.dtype == key.dtype == value.dtype):
         fails.append(f"query, key and value must share one dtype; got {query.dtype}, {key.dtype}, {value.dtype}")
@@ -79,7 +74,7 @@ def flash_constraint_failures(query, key, value, attn_mask=None, dropout_p=0.0, 
         fails.append(f"head_dim of query, key and value must be equal; got {d}, {key.shape[-1]}, {value.shape[-1]}")
     limit = max_flash_head_dim()
     if d > limit:
-        p = _profile()
+        p = CONFIG.profile
         fails.append(f"head_dim must be <= {limit} on {p.name} (MUSA arch {p.major}.{p.minor}); got {d}")
     if d % 8 != 0:
         fails.append(f"head_dim must be a multiple of 8; got {d}")
@@ -221,9 +216,7 @@ def register() -> None:
     global _installed
     if _installed:
         return
-    from torch_musa import _state
-
-    if _state.driver == "cuda":  # the GPU's own kernels instead (attention/gpu.py)
+    if CONFIG.driver == "cuda":  # the GPU's own kernels instead (attention/gpu.py)
         from torch_musa.attention import gpu
 
         gpu.register()

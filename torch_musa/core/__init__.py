@@ -1,4 +1,7 @@
 """``torch.musa``: the device module, a mirror of ``torch.cuda``."""
+import torch as _torch
+
+from torch_musa.config import CONFIG as _CONFIG
 from torch_musa.core import _lazy, comm
 from torch_musa.core._lazy import (
     DeferredMusaCallError,
@@ -78,11 +81,7 @@ def is_current_stream_capturing() -> bool:
 
 
 def get_amp_supported_dtype():
-    import torch
-
-    from torch_musa.core.profiles import selected_profile
-
-    return [torch.float16] + ([torch.bfloat16] if selected_profile().supports_bf16 else [])
+    return [_torch.float16] + ([_torch.bfloat16] if _CONFIG.profile.supports_bf16 else [])
 
 
 def _is_compiled() -> bool:

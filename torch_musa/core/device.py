@@ -7,6 +7,8 @@ from typing import Any
 import torch
 
 from torch_musa import _C
+from torch_musa.config import CONFIG
+from torch_musa.config.profiles import PROFILES
 from torch_musa.core import _lazy
 
 _device_t = torch.device | str | int | None
@@ -40,8 +42,7 @@ def is_available() -> bool:
 
 
 def device_count() -> int:
-    from torch_musa import _state
-    return _state.device_count
+    return CONFIG.device_count
 
 
 def current_device() -> int:
@@ -148,8 +149,7 @@ _FIRST_PCI_BUS = 0x10
 
 def _pci_location(physical: int) -> tuple[int, int, int]:
     """(bus, device, domain): the GPU's own under the cuda driver (NUMA binding reads it)."""
-    from torch_musa import _state
-    if _state.driver == "cuda":
+    if CONFIG.driver == "cuda":
         props = torch.cuda.get_device_properties(physical)
         return tuple(int(getattr(props, f"pci_{n}_id", 0)) for n in ("bus", "device", "domain"))
     return _FIRST_PCI_BUS + physical, 0, 0
@@ -157,15 +157,14 @@ def _pci_location(physical: int) -> tuple[int, int, int]:
 
 def get_device_properties(device: _device_t = None) -> _MusaDeviceProperties:
     idx = _get_device_index(device, optional=True)
-    from torch_musa import _state
-    p = _state.profile
-    physical = _state.physical_indices[idx]
+    p = CONFIG.profile
+    physical = CONFIG.physical_indices[idx]
     pci_bus, pci_device, pci_domain = _pci_location(physical)
     return _MusaDeviceProperties(
         name=p.name,
         major=p.major,
         minor=p.minor,
-        total_memory=_state.capacity_bytes,
+        total_memory=CONFIG.capacity_bytes,
         multi_processor_count=p.multi_processor_count,
         is_integrated=False,
         is_multi_gpu_board=False,
@@ -200,14 +199,11 @@ def get_arch_list() -> list[str]:
     """Architectures this build serves (the host driver serves them all)."""
     if not is_available():
         return []
-    from torch_musa.core.profiles import PROFILES
     return sorted({f"mp_{p.arch}" for p in PROFILES.values()})
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
-    from torch_musa import _state
-
-    return is_available() and _state.profile.supports_bf16
+    return is_available() and CONFIG.profile.supports_bf16
 
 
 def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:

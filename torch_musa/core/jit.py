@@ -21,7 +21,7 @@ import torch
 import torch.jit._trace as _trace
 import torch.testing
 
-from torch_musa.core.profiles import selected_profile
+from torch_musa.config import CONFIG
 
 _tls = threading.local()
 
@@ -37,7 +37,7 @@ def _needs_host(actual, expected, unsupported) -> bool:
 
 
 def install() -> None:
-    unsupported = frozenset(selected_profile().unsupported_dtypes())
+    unsupported = frozenset(CONFIG.profile.unsupported_dtypes())
     if not unsupported:
         return
     original_check = _trace._check_trace

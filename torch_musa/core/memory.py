@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from torch_musa import _C
+from torch_musa.config import CONFIG
 from torch_musa.core import _lazy
 from torch_musa.core.device import _get_device_index
 
@@ -99,9 +100,7 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
 
 def memory_snapshot() -> list[dict[str, Any]]:
     """Every segment the allocator holds, with its blocks."""
-    from torch_musa import _state
-
-    if _state.driver == "cuda":  # musa memory is CUDA's caching allocator there (musa:i is cuda:i)
+    if CONFIG.driver == "cuda":  # musa memory is CUDA's caching allocator there (musa:i is cuda:i)
         return torch.cuda.memory_snapshot()
     return _C._memory_snapshot()
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import torch
 import torch._tensor_str as _ts
 
-from torch_musa.core.profiles import selected_profile
+from torch_musa.config import CONFIG
 
 
 def install() -> None:
-    unsupported = set(selected_profile().unsupported_dtypes())
+    unsupported = set(CONFIG.profile.unsupported_dtypes())
     if not unsupported:
         return
     fp64_missing = torch.float64 in unsupported

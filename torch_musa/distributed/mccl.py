@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
+from torch_musa.config import CONFIG
 from torch_musa.distributed import _C as _mccl_C  # loading it registers the C++ kernels
 
 __all__ = ["version", "is_available", "engine", "VERSION"]
@@ -472,12 +473,8 @@ _GROUPS: dict = {}
 
 
 def _check_mode() -> str:
-    v = os.environ.get("MCCL_CHECK_COLLECTIVES", "first").strip().lower()
-    if v in ("0", "false", "no", "off", "none"):
-        return "off"
-    if v in ("1", "true", "yes", "on", "all", "every"):
-        return "all"
-    return "first"
+    """MCCL_CHECK_COLLECTIVES: "first", "all" or "off"."""
+    return CONFIG.mccl_check_collectives
 
 
 def _sig_of(tensors, dtype_only=False):
@@ -931,20 +928,18 @@ def _create_backend(dist_opts, backend_options=None):
     return backend
 
 
-def engine(group_size: int = 1) -> str:
+def engine(group_size: int = 1, requested: str | None = None) -> str:
     """The collective engine a group of ``group_size`` ranks gets: ``"gloo"`` or ``"nccl"``.
 
     The host driver has Gloo only (musa memory is host RAM). Under the cuda driver
     musa memory is GPU memory: NCCL, unless ``MCCL_ENGINE=gloo`` or more ranks share
     this host than it has GPUs (NCCL refuses two ranks on one GPU; Gloo then runs on
-    the CUDA aliases).
+    the CUDA aliases). ``requested`` stands for MCCL_ENGINE (default: as configured).
     """
-    from torch_musa import _state
-
-    want = os.environ.get("MCCL_ENGINE", "auto").strip().lower() or "auto"
+    want = CONFIG.mccl_engine if requested is None else requested
     if want not in ("auto", "gloo", "nccl"):
-        raise ValueError(f"MCCL_ENGINE={want!r}: choose 'auto', 'gloo' or 'nccl'")
-    if _state.driver == "host":
+        raise ValueError(f"mccl engine {want!r}: choose 'auto', 'gloo' or 'nccl'")
+    if CONFIG.driver == "host":
         if want == "nccl":
             raise MCCLError("MCCL_ENGINE=nccl needs the cuda driver (TORCH_MUSA_DRIVER=cuda): on the "
                             "host driver musa memory is host RAM and mccl runs Gloo")
@@ -1050,11 +1045,9 @@ def _install_kernels():
     _MUSA = torch.device("musa")
     global _DONE_WORK, _CUDA_ALIASES
     _DONE_WORK = _work_from_future(_done_future([])).boxed()
-    from torch_musa import _state
-
-    _CUDA_ALIASES = _state.driver == "cuda"
+    _CUDA_ALIASES = CONFIG.driver == "cuda"
     global _STAGE_GLOO
-    _STAGE_GLOO = _CUDA_ALIASES or os.environ.get("MCCL_STAGE_GLOO", "0").strip().lower() in ("1", "on", "true")
+    _STAGE_GLOO = _CUDA_ALIASES or CONFIG.mccl_stage_gloo
     if _STAGE_GLOO:
         _host_alias = _staged_alias
     lib = torch.library.Library("c10d", "IMPL")

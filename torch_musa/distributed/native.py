@@ -18,6 +18,8 @@ import os
 
 import torch
 
+from torch_musa.config import CONFIG
+
 _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "mccl_ops.cpp")
 _NAME = "torch_musa_mccl_ops"
 
@@ -30,8 +32,8 @@ def _registered() -> list[str]:
 
 
 def mode() -> str:
-    """``"0"`` (off), ``"1"`` (build if needed) or ``"auto"`` (only if compiled in)."""
-    return os.environ.get("MCCL_NATIVE", "auto").strip().lower() or "auto"
+    """``"0"`` (off), ``"1"`` (build if needed) or ``"auto"`` (only if compiled in): MCCL_NATIVE."""
+    return CONFIG.mccl_native
 
 
 def build_directory() -> str:
@@ -69,6 +71,6 @@ def load(build: bool = True) -> list[str]:
 def native_ops() -> list[str]:
     """The c10d ops the C++ kernels serve in this process, per ``MCCL_NATIVE``."""
     m = mode()
-    if m in ("0", "off", "false", "no"):
+    if m == "0":
         return []
-    return load(build=m in ("1", "on", "true", "yes"))
+    return load(build=m == "1")

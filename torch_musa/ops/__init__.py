@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from torch_musa import _C
+from torch_musa.config import CONFIG
 
 
 def fallback_stats() -> dict[str, int]:
@@ -26,12 +27,11 @@ _FLOAT_AND_INT = [torch.float32, torch.float16, torch.bfloat16, torch.float64,
 
 def coverage() -> dict:
     """{'native': {op: [dtypes]}, 'fallback': {op: calls}, 'profile': name}."""
-    from torch_musa import _state
     from torch_musa.ops import _generated
 
-    lacking = set(_state.profile.unsupported_dtypes())
+    lacking = set(CONFIG.profile.unsupported_dtypes())
     dtypes = [str(d).replace("torch.", "") for d in _FLOAT_AND_INT if d not in lacking]
     native = {f"aten::{name}": dtypes for name in _generated.NATIVE_ATEN}
     for namespace, schema, _, _ in _generated.CUSTOMIZED:
         native[f"{namespace}::{schema.split('(')[0]}"] = dtypes
-    return {"profile": _state.profile.name, "native": native, "fallback": fallback_stats()}
+    return {"profile": CONFIG.profile.name, "native": native, "fallback": fallback_stats()}

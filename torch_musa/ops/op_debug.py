@@ -10,12 +10,14 @@ single pointer per op.
 """
 from __future__ import annotations
 
+import atexit
 import os
 from pathlib import Path
 
 import torch
 
 from torch_musa import _C
+from torch_musa.config import CONFIG
 
 
 class OpDebugLogger:
@@ -84,13 +86,19 @@ class OpDebugLogger:
 
 
 _active: OpDebugLogger | None = None
+_disable_at_exit = False
 
 
 def enable(level: int, **kwargs) -> OpDebugLogger:
-    global _active
+    global _active, _disable_at_exit
     disable()
     _active = OpDebugLogger(level, **kwargs)
     _C._set_op_debug_callback(_active)
+    if not _disable_at_exit:
+        # The runtime's reference must go while Python still runs: a C++ static
+        # released after finalisation aborts the process.
+        atexit.register(disable)
+        _disable_at_exit = True
     return _active
 
 
@@ -102,15 +110,8 @@ def disable() -> None:
         _active = None
 
 
-def _split(value: str | None) -> list[str]:
-    return [s.strip() for s in (value or "").split(",") if s.strip()]
-
-
-def configure_from_env() -> None:
-    level = os.environ.get("TORCH_MUSA_OP_DEBUG", "").strip()
-    if not level or level == "0":
-        return
-    enable(int(level), out_dir=os.environ.get("TORCH_MUSA_OP_DEBUG_DIR", "DEBUG_DIR"),
-           length=int(os.environ.get("TORCH_MUSA_OP_DEBUG_LENGTH", "50")),
-           allow=_split(os.environ.get("TORCH_MUSA_OP_DEBUG_LIST")),
-           deny=_split(os.environ.get("TORCH_MUSA_OP_DEBUG_BLACK_LIST")))
+def configure() -> None:
+    """Start the log TORCH_MUSA_OP_DEBUG asks for (nothing at level 0)."""
+    if CONFIG.op_debug_level:
+        enable(CONFIG.op_debug_level, out_dir=CONFIG.op_debug_dir, length=CONFIG.op_debug_length,
+               allow=list(CONFIG.op_debug_list), deny=list(CONFIG.op_debug_black_list))

@@ -1,18 +1,18 @@
 """Runtime side of the operator registry: Customized kernels, fallback policy,
-double casting and op debug logging, configured from the environment at import.
+double casting and op debug logging, set from the configuration at import.
 """
 from __future__ import annotations
 
 import functools
 import importlib
-import os
 
 import torch
 
 from torch_musa import _C
+from torch_musa.config import CONFIG
+from torch_musa.ops import op_debug
 
 _FALLBACK_MODES = {"silent": 0, "warn": 1, "error": 2}
-_TRUE = {"1", "on", "true", "yes"}
 _libraries: list[torch.library.Library] = []
 
 
@@ -52,15 +52,11 @@ def register_customized() -> None:
             torch.library.register_autograd(qualified, backward, setup_context=setup, lib=lib)
 
 
-def configure_from_env() -> None:
-    mode = os.environ.get("TORCH_MUSA_FALLBACK", "warn").strip().lower()
-    if mode not in _FALLBACK_MODES:
-        raise ValueError(f"TORCH_MUSA_FALLBACK={mode!r}: choose one of {', '.join(_FALLBACK_MODES)}")
-    _C._set_fallback_mode(_FALLBACK_MODES[mode])
-    set_double_cast(os.environ.get("TORCH_USE_MUSA_DOUBLE_CAST", "").strip().lower() in _TRUE)
-    from torch_musa.ops import op_debug
-
-    op_debug.configure_from_env()
+def configure() -> None:
+    """TORCH_MUSA_FALLBACK, TORCH_USE_MUSA_DOUBLE_CAST and TORCH_MUSA_OP_DEBUG, as configured."""
+    set_fallback_mode(CONFIG.fallback)
+    set_double_cast(CONFIG.double_cast)
+    op_debug.configure()
 
 
 def set_double_cast(enabled: bool) -> None:

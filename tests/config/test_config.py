@@ -1,0 +1,143 @@
+"""torch_musa.config: every environment variable declared once, read once, checked."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import torch_musa
+import torch_musa.distributed.native
+import torch_musa.testing
+from torch_musa.config import CONFIG, runtime, variables
+from torch_musa.config.variables import VARIABLES
+
+OURS = ("TORCH_MUSA_", "TORCH_USE_MUSA_", "MUSA_", "PYTORCH_MUSA_", "MCCL_")
+
+
+def test_each_declaration_is_complete():
+    for v in VARIABLES.values():
+        assert v.name.startswith(OURS) and v.meaning and v.default_text and v.kind.allowed, v.name
+        assert v.parse(None) == v.default and v.parse("") == (v.default if not v.empty_is_value else "")
+
+
+# Bad values: each error names the variable, the value and what is allowed.
+BAD = [
+    ("TORCH_MUSA_DRIVER", "tpu", "host, cuda"),
+    ("TORCH_MUSA_PROFILE", "rtx4090", "s80, s4000, s5000"),
+    ("TORCH_MUSA_DEVICE_MEMORY", "1e9", "a size such as"),
+    ("TORCH_MUSA_DEVICE_MEMORY", "0", "from 1 byte"),
+    ("TORCH_MUSA_HOST_MEMORY_LIMIT", "lots", "a size such as"),
+    ("PYTORCH_MUSA_ALLOC_CONF", "max_split_size_mb:one", "max_split_size_mb:N"),
+    ("TORCH_MUSA_FALLBACK", "loud", "warn, silent, error"),
+    ("TORCH_USE_MUSA_DOUBLE_CAST", "maybe", "1, true, on, yes or 0, false, off, no"),
+    ("TORCH_MUSA_OP_DEBUG", "7", "an integer from 0 to 6"),
+    ("TORCH_MUSA_OP_DEBUG_LENGTH", "ten", "an integer >= 1"),
+    ("TORCH_MUSA_CUDA_COMPAT", "si", "1, true, on, yes"),
+    ("MCCL_ENGINE", "mpi", "auto, gloo, nccl"),
+    ("MCCL_NATIVE", "build", "auto, 1"),
+    ("MCCL_CHECK_COLLECTIVES", "xyz", "first, all"),
+    ("MCCL_STAGE_GLOO", "2", "1, true, on, yes"),
+]
+
+
+@pytest.mark.parametrize("name,value,allowed", BAD)
+def test_a_bad_value_names_variable_value_and_what_is_allowed(name, value, allowed):
+    with pytest.raises(ValueError) as e:
+        runtime.load({name: value})
+    assert f"{name}={value!r}" in str(e.value) and allowed in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("name,value,allowed", [
+    ("TORCH_USE_MUSA_DOUBLE_CAST", "maybe", "true, on"),
+    ("MCCL_CHECK_COLLECTIVES", "xyz", "first, all"),
+    ("TORCH_MUSA_DEVICE_MEMORY", "99999999999GB", "2^63-1 bytes"),
+])
+def test_bad_value_fails_the_import(subpython, name, value, allowed):
+    r = subpython("import torch_musa", {name: value})
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ValueError: {name}={value!r}") and allowed in last, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("value,expected", [("true", True), ("1", True), ("ON", True), ("on", True),
+                                            ("false", False), ("0", False), ("OFF", False),
+                                            ("off", False), ("", False)])
+def test_double_cast_spellings(value, expected):
+    assert runtime.load({"TORCH_USE_MUSA_DOUBLE_CAST": value}).double_cast is expected
+
+
+def test_sizes():
+    parse = VARIABLES["TORCH_MUSA_DEVICE_MEMORY"].parse
+    assert parse("2GB") == parse("2 gib") == parse("2048M") == 2 << 30
+    assert parse("1.5K") == 1536 and parse("1073741824") == 1 << 30
+    assert parse(str((1 << 63) - 1)) == (1 << 63) - 1
+    with pytest.raises(ValueError, match="too large"):
+        parse(str(1 << 63))
+    assert VARIABLES["TORCH_MUSA_HOST_MEMORY_LIMIT"].parse("0") == 0  # no limit
+
+
+def test_load_builds_the_runtime_configuration():
+    c = runtime.load({"TORCH_MUSA_PROFILE": "MTT S80", "MUSA_VISIBLE_DEVICES": "1",
+                      "TORCH_MUSA_DEVICE_MEMORY": "4GB", "TORCH_MUSA_HOST_MEMORY_LIMIT": "6GB",
+                      "PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:32,garbage_collection_threshold:0.5",
+                      "TORCH_MUSA_OP_DEBUG_LIST": "add, mul", "MCCL_NATIVE": "off"})
+    assert (c.driver, c.profile.key, c.physical_indices, c.device_count) == ("host", "s80", (1,), 1)
+    assert (c.capacity_bytes, c.host_limit_bytes) == (4 << 30, 6 << 30)
+    assert (c.allocator.max_split_size_bytes, c.allocator.garbage_collection_threshold) == (32 << 20, 0.5)
+    assert c.op_debug_list == ("add", "mul") and c.mccl_native == "0"
+    assert runtime.load({"MUSA_VISIBLE_DEVICES": ""}).device_count == 0
+    with pytest.raises(ValueError, match="unknown or malformed option 'expandable_segments:True'"):
+        runtime.load({"PYTORCH_MUSA_ALLOC_CONF": "expandable_segments:True"})
+
+
+def test_cuda_names_stand_in_under_cuda_compat():
+    env = {"CUDA_VISIBLE_DEVICES": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:64"}
+    assert runtime.load(env).device_count == 2  # not without the switch
+    c = runtime.load({**env, "TORCH_MUSA_CUDA_COMPAT": "1"})
+    assert c.physical_indices == (1,) and c.allocator.max_split_size_bytes == 64 << 20
+    # an explicit musa setting wins
+    assert runtime.load({**env, "TORCH_MUSA_CUDA_COMPAT": "1", "MUSA_VISIBLE_DEVICES": "0,1"}).device_count == 2
+
+
+def test_cuda_names_are_the_mapping_tables():
+    """The CUDA name each variable stands for is the one the CUDA->MUSA mapping maps to it."""
+    from torch_musa.cuda_mapping import load_table
+
+    env = load_table().env
+    twins = {v.cuda_name: v.name for v in VARIABLES.values() if v.cuda_name}
+    assert twins and all(env[cuda] == musa for cuda, musa in twins.items())
+
+
+def test_the_configuration_is_read_once(monkeypatch):
+    """Changing the environment after import changes nothing: the profile, the devices
+    and every setting were read once, into the frozen CONFIG everyone reads."""
+    from torch_musa.distributed import mccl
+
+    def observed():
+        return (torch.musa.get_device_properties(0).name, torch.musa.device_count(),
+                torch.musa.is_bf16_supported(), torch.musa.get_amp_supported_dtype(),
+                torch_musa.ops.coverage()["profile"], torch_musa.attention.max_flash_head_dim(),
+                torch_musa.testing.get_musa_arch(), mccl.engine(2), torch_musa.distributed.native.mode())
+
+    before = observed()
+    other = "s80" if CONFIG.profile.key != "s80" else "s5000"
+    monkeypatch.setenv("TORCH_MUSA_PROFILE", other)
+    monkeypatch.setenv("MUSA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("MCCL_ENGINE", "nccl")
+    assert runtime.load(os.environ).profile.key == other  # the variables would have mattered
+    monkeypatch.setenv("MCCL_NATIVE", "1" if CONFIG.mccl_native != "1" else "0")
+    assert observed() == before
+    with pytest.raises(AttributeError):
+        CONFIG.driver = "cuda"  # frozen
+
+
+def test_python_m_torch_musa_config(capsys):
+    from torch_musa.config.__main__ import main
+
+    main(["--markdown"])
+    assert capsys.readouterr().out == variables.markdown_table()
+    main([])
+    out = capsys.readouterr().out
+    assert f"profile                  {CONFIG.profile.key} ({CONFIG.profile.name}" in out
+    assert f"device_count             {CONFIG.device_count}" in out

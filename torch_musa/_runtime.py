@@ -1,0 +1,37 @@
+"""The runtime's Python side: hands the configuration to the C++ runtime (``_C``)
+before the device is registered."""
+from __future__ import annotations
+
+import torch
+
+from torch_musa import _C
+from torch_musa.config import CONFIG
+
+# c10::ScalarType numbering: a dtype's position here.
+_SCALAR_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                 torch.float16, torch.float32, torch.float64, torch.complex32,
+                 torch.complex64, torch.complex128, torch.bool, torch.qint8,
+                 torch.quint8, torch.qint32, torch.bfloat16)
+
+
+def configure() -> None:
+    if CONFIG.driver == "cuda" and not _C._cuda_driver_built():
+        raise RuntimeError(
+            "TORCH_MUSA_DRIVER=cuda, but this torch_musa was built without CUDA "
+            f"(torch {torch.__version__}, CUDA {torch.version.cuda}). Reinstall it "
+            "where torch has CUDA and a CUDA toolkit is present, or unset "
+            "TORCH_MUSA_DRIVER for the host driver."
+        )
+    _C._use_driver(CONFIG.driver)
+    p = CONFIG.profile
+    _C._configure(
+        CONFIG.device_count,
+        p.name,
+        CONFIG.capacity_bytes,
+        CONFIG.host_limit_bytes,
+        p.clock_rate_khz * 1e3,
+        [_SCALAR_TYPES.index(d) for d in p.unsupported_dtypes()],
+    )
+    if CONFIG.driver != "cuda":  # the cuda driver's allocator is CUDA's, configured through its variable
+        _C._set_allocator_settings(CONFIG.allocator.max_split_size_bytes,
+                                   CONFIG.allocator.garbage_collection_threshold)

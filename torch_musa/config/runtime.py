@@ -1,0 +1,132 @@
+"""The runtime configuration: every declared variable, read once at import, frozen.
+
+Everyone reads ``CONFIG`` (``from torch_musa.config import CONFIG``) and nothing
+else in torch_musa reads these variables, so changing ``os.environ`` after
+``import torch_musa`` changes nothing in this process (as CUDA's variables).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, MutableMapping
+
+import torch
+
+from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
+from torch_musa.config.variables import VARIABLES, AllocatorSettings, split_alloc_conf, visible_devices
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    driver: str  # "host" or "cuda"
+    profile: HardwareProfile  # the simulated card, or the GPU under the cuda driver
+    physical_indices: tuple[int, ...]  # musa:i is physical device physical_indices[i]
+    capacity_bytes: int  # per device
+    host_limit_bytes: int  # all devices together; 0: no limit
+    allocator: AllocatorSettings
+    fallback: str  # "warn", "silent" or "error"
+    double_cast: bool
+    op_debug_level: int  # 0: off
+    op_debug_dir: str
+    op_debug_length: int
+    op_debug_list: tuple[str, ...]
+    op_debug_black_list: tuple[str, ...]
+    cuda_compat: bool
+    mccl_engine: str  # "auto", "gloo" or "nccl"
+    mccl_native: str  # "auto", "1" or "0"
+    mccl_check_collectives: str  # "first", "all" or "off"
+    mccl_stage_gloo: bool
+
+    @property
+    def device_count(self) -> int:
+        return len(self.physical_indices)
+
+
+def cuda_driver_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The CUDA variables the cuda driver sets: each musa one given, unless its CUDA
+    name is set already (an explicit CUDA setting wins)."""
+    return {v.cuda_name: environ[v.name] for v in VARIABLES.values()
+            if v.cuda_name and v.name in environ and v.cuda_name not in environ}
+
+
+def _with_cuda_names(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """``environ`` with the CUDA names standing in for unset musa ones (TORCH_MUSA_CUDA_COMPAT)."""
+    view = dict(environ)
+    for v in VARIABLES.values():
+        if v.cuda_name and v.name not in environ and v.cuda_name in environ:
+            value = environ[v.cuda_name]
+            if v.name == "PYTORCH_MUSA_ALLOC_CONF":
+                value = ",".join(split_alloc_conf(value)[0])  # CUDA-only options have no musa meaning
+            view[v.name] = value
+    return view
+
+
+def _host_ram_share() -> int:
+    """80 % of the host's RAM (0, no limit, where /proc/meminfo is missing)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024 * 8 // 10
+    except OSError:
+        pass
+    return 0
+
+
+def _start_cuda() -> HardwareProfile:
+    if torch.version.cuda is None or not torch.cuda.is_available():
+        raise RuntimeError(
+            "TORCH_MUSA_DRIVER=cuda needs torch with CUDA and a CUDA GPU, but this torch "
+            f"({torch.__version__}, CUDA {torch.version.cuda}) sees none; unset "
+            "TORCH_MUSA_DRIVER for the host driver.")
+    return gpu_profile()
+
+
+def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
+    """Read every declared variable from ``environ``.
+
+    Under the cuda driver the musa settings are first set under their CUDA names in
+    ``environ`` (CUDA reads them when it starts, which this does to learn the GPU).
+    """
+    if VARIABLES["TORCH_MUSA_CUDA_COMPAT"].read(environ):
+        view = _with_cuda_names(environ)
+    else:
+        view = environ
+    value = {name: v.read(view) for name, v in VARIABLES.items()}
+    driver = value["TORCH_MUSA_DRIVER"]
+    allocator = value["PYTORCH_MUSA_ALLOC_CONF"]
+    if driver == "cuda":
+        environ.update(cuda_driver_env(view))
+        profile = _start_cuda()
+        physical = tuple(range(profile.num_devices))
+    else:
+        if allocator.others:  # the cuda driver passes them on to CUDA's allocator
+            raise VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].error(
+                view["PYTORCH_MUSA_ALLOC_CONF"], f"unknown or malformed option {allocator.others[0]!r}")
+        profile = PROFILES[value["TORCH_MUSA_PROFILE"]]
+        physical = visible_devices(value["MUSA_VISIBLE_DEVICES"], profile.num_devices)
+    capacity = value["TORCH_MUSA_DEVICE_MEMORY"]
+    host_limit = value["TORCH_MUSA_HOST_MEMORY_LIMIT"]
+    return RuntimeConfig(
+        driver=driver,
+        profile=profile,
+        physical_indices=physical,
+        capacity_bytes=profile.total_memory if capacity is None else capacity,
+        host_limit_bytes=_host_ram_share() if host_limit is None else host_limit,
+        allocator=allocator,
+        fallback=value["TORCH_MUSA_FALLBACK"],
+        double_cast=value["TORCH_USE_MUSA_DOUBLE_CAST"],
+        op_debug_level=value["TORCH_MUSA_OP_DEBUG"],
+        op_debug_dir=value["TORCH_MUSA_OP_DEBUG_DIR"],
+        op_debug_length=value["TORCH_MUSA_OP_DEBUG_LENGTH"],
+        op_debug_list=value["TORCH_MUSA_OP_DEBUG_LIST"],
+        op_debug_black_list=value["TORCH_MUSA_OP_DEBUG_BLACK_LIST"],
+        cuda_compat=value["TORCH_MUSA_CUDA_COMPAT"],
+        mccl_engine=value["MCCL_ENGINE"],
+        mccl_native=value["MCCL_NATIVE"],
+        mccl_check_collectives=value["MCCL_CHECK_COLLECTIVES"],
+        mccl_stage_gloo=value["MCCL_STAGE_GLOO"],
+    )
+
+
+CONFIG: RuntimeConfig = load()

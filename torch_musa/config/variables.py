@@ -1,0 +1,291 @@
+"""Every environment variable torch_musa reads, declared once.
+
+A declaration gives the name, the values allowed, the default and the meaning.
+``runtime.py`` reads them all once, at import; the README's table is printed
+from them (``python -m torch_musa.config --markdown``); a bad value is a
+ValueError naming the variable, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from torch_musa.config.profiles import DEFAULT_PROFILE, PROFILES, profile_key
+
+INT64_MAX = (1 << 63) - 1
+
+
+class Invalid(ValueError):
+    """Why a text is not a value of a kind; ``Variable.parse`` adds the name and what is allowed."""
+
+
+# ----------------------------------------------------------------------------- kinds of value
+# Each kind has ``allowed`` (the values, for errors), ``brief`` (for the README's
+# table) and ``parse(text)``, which raises Invalid.
+class Choice:
+    def __init__(self, *values: str, synonyms: Mapping[str, str] | None = None, what: str = ""):
+        self.values = values
+        self.synonyms = dict(synonyms or {})
+        self.what = what or "not one of the choices"
+        self.brief = ", ".join(f"`{v}`" for v in values)
+
+    @property
+    def allowed(self) -> str:
+        parts = []
+        for v in self.values:
+            alts = [s for s, target in self.synonyms.items() if target == v]
+            parts.append(v + (f" (or {', '.join(alts)})" if alts else ""))
+        return ", ".join(parts)
+
+    def parse(self, text: str) -> str:
+        key = text.strip().lower()
+        key = self.synonyms.get(key, key)
+        if key not in self.values:
+            raise Invalid(self.what)
+        return key
+
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no")
+
+
+class Flag:
+    allowed = f"{', '.join(_TRUE)} or {', '.join(_FALSE)} (any case)"
+    brief = "`1` or `0`"
+
+    def parse(self, text: str) -> bool:
+        key = text.strip().lower()
+        if key in _TRUE:
+            return True
+        if key in _FALSE:
+            return False
+        raise Invalid("not a yes/no value")
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+          "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """'2GB', '512MiB', '1.5g', '1073741824' -> bytes (units are powers of 1024)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise Invalid("not a size")
+    return int(decimal.Decimal(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+class Size:
+    def __init__(self, minimum: int):
+        self.minimum = minimum
+        self.brief = "a size: `4GB`, `512MiB`, bytes" + (" (0: no limit)" if minimum == 0 else "")
+
+    @property
+    def allowed(self) -> str:
+        low = "0 (no limit)" if self.minimum == 0 else "1 byte"
+        return (f"a size such as 4GB, 512MiB or 1073741824 (units B, K, M, G, T: powers of 1024), "
+                f"from {low} to 2^63-1 bytes")
+
+    def parse(self, text: str) -> int:
+        n = parse_bytes(text)
+        if n < self.minimum:
+            raise Invalid("too small")
+        if n > INT64_MAX:
+            raise Invalid("too large")
+        return n
+
+
+class Integer:
+    def __init__(self, low: int, high: int | None = None):
+        self.low, self.high = low, high
+        self.allowed = self.brief = (f"an integer from {low} to {high}" if high is not None
+                                     else f"an integer >= {low}")
+
+    def parse(self, text: str) -> int:
+        if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+            raise Invalid("not an integer")
+        n = int(text)
+        if n < self.low or (self.high is not None and n > self.high):
+            raise Invalid("out of range")
+        return n
+
+
+class Text:
+    def __init__(self, allowed: str):
+        self.allowed = self.brief = allowed
+
+    def parse(self, text: str) -> str:
+        return text
+
+
+class Names:
+    allowed = brief = "comma-separated names"
+
+    def parse(self, text: str) -> tuple[str, ...]:
+        return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+def visible_devices(spec: str | None, physical: int) -> tuple[int, ...]:
+    """Physical indices ``spec`` keeps, as CUDA reads CUDA_VISIBLE_DEVICES: the list
+    ends at the first invalid, out-of-range or repeated entry; None keeps all."""
+    if spec is None:
+        return tuple(range(physical))
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not re.fullmatch(r"[0-9]+", part):
+            break
+        idx = int(part)
+        if idx >= physical or idx in out:
+            break
+        out.append(idx)
+    return tuple(out)
+
+
+class DeviceList:
+    allowed = "comma-separated physical indices (ending at the first invalid, out-of-range or repeated one)"
+    brief = "indices: `1,0`"
+
+    def parse(self, text: str) -> str:
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class AllocatorSettings:
+    """PYTORCH_MUSA_ALLOC_CONF: the options musa's caching allocator takes, and the rest
+    (passed on to CUDA's allocator under the cuda driver, an error on the host driver)."""
+    text: str = ""
+    max_split_size_bytes: int = 0  # 0: no limit
+    garbage_collection_threshold: float = 0.0  # 0: off
+    others: tuple[str, ...] = ()
+
+
+_ALLOC_OPTIONS = ("max_split_size_mb", "garbage_collection_threshold")
+
+
+def split_alloc_conf(spec: str) -> tuple[list[str], list[str]]:
+    """The items of an allocator configuration musa's allocator knows, and the others."""
+    known, others = [], []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        key, sep, _ = item.partition(":")
+        (known if sep and key.strip() in _ALLOC_OPTIONS else others).append(item)
+    return known, others
+
+
+class AllocConf:
+    allowed = "comma-separated max_split_size_mb:N (an integer > 1) and garbage_collection_threshold:X (0 < X < 1)"
+    brief = "`max_split_size_mb:N`, `garbage_collection_threshold:X`"
+
+    def parse(self, text: str) -> AllocatorSettings:
+        known, others = split_alloc_conf(text)
+        max_split, gc = 0, 0.0
+        for item in known:
+            key, _, value = (s.strip() for s in item.partition(":"))
+            try:
+                if key == "max_split_size_mb":
+                    max_split = int(value) << 20
+                    ok = max_split > (1 << 20)
+                else:
+                    gc = float(value)
+                    ok = 0.0 < gc < 1.0
+            except ValueError:
+                ok = False
+            if not ok:
+                raise Invalid(f"bad value in {item!r}")
+        return AllocatorSettings(text.strip(), max_split, gc, tuple(others))
+
+
+# ----------------------------------------------------------------------------- declarations
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    name: str
+    kind: Any  # one of the kinds above
+    default: Any  # the value when unset or empty
+    default_text: str  # the default as the table shows it
+    meaning: str
+    # Its CUDA name: read in its place under TORCH_MUSA_CUDA_COMPAT when this one is
+    # unset, and set from it under the cuda driver when that one is unset.
+    cuda_name: str | None = None
+    empty_is_value: bool = False  # MUSA_VISIBLE_DEVICES="" means no device, as CUDA's
+
+    def read(self, environ: Mapping[str, str]) -> Any:
+        return self.parse(environ.get(self.name))
+
+    def parse(self, raw: str | None) -> Any:
+        if raw is None or (not raw.strip() and not self.empty_is_value):
+            return self.default
+        try:
+            return self.kind.parse(raw)
+        except Invalid as e:
+            raise self.error(raw, str(e)) from None
+
+    def error(self, raw: str, reason: str) -> ValueError:
+        return ValueError(f"{self.name}={raw!r}: {reason}; allowed: {self.kind.allowed}")
+
+
+class _Profile(Choice):
+    def parse(self, text: str) -> str:
+        key = profile_key(text)
+        if key is None:
+            raise Invalid(self.what)
+        return key
+
+
+_MCCL_ON = {s: "1" for s in _TRUE[1:]}
+_MCCL_OFF = {s: "0" for s in _FALSE[1:]}
+
+_DECLARED = (
+    Variable("TORCH_MUSA_DRIVER", Choice("host", "cuda", what="not a musa driver"), "host", "`host`",
+             "`host`: device memory in host RAM, kernels on the CPU; `cuda`: musa on an NVIDIA GPU"),
+    Variable("TORCH_MUSA_PROFILE", _Profile(*PROFILES, what="not a known hardware profile"),
+             DEFAULT_PROFILE, f"`{DEFAULT_PROFILE}`",
+             "The simulated card: name, arch, memory, dtypes (the cuda driver reports the GPU)"),
+    Variable("MUSA_VISIBLE_DEVICES", DeviceList(), None, "all",
+             "Devices this process sees, in order, as `CUDA_VISIBLE_DEVICES` (the cuda driver sets that from it)",
+             cuda_name="CUDA_VISIBLE_DEVICES", empty_is_value=True),
+    Variable("TORCH_MUSA_DEVICE_MEMORY", Size(1), None, "the profile's", "Memory of each device"),
+    Variable("TORCH_MUSA_HOST_MEMORY_LIMIT", Size(0), None, "80 % of RAM",
+             "Host RAM all devices together may reserve (host driver)"),
+    Variable("PYTORCH_MUSA_ALLOC_CONF", AllocConf(), AllocatorSettings(), "none",
+             "Caching allocator options (the cuda driver passes any of CUDA's on as `PYTORCH_CUDA_ALLOC_CONF`)",
+             cuda_name="PYTORCH_CUDA_ALLOC_CONF"),
+    Variable("TORCH_MUSA_FALLBACK", Choice("warn", "silent", "error"), "warn", "`warn`",
+             "An op served by the CPU fallback warns once, is silent, or raises"),
+    Variable("TORCH_USE_MUSA_DOUBLE_CAST", Flag(), False, "`0`",
+             "Compute float64 ops in float32 on profiles without float64"),
+    Variable("TORCH_MUSA_OP_DEBUG", Integer(0, 6), 0, "`0`",
+             "Log device ops: 1 shapes, 2 statistics, 3/4 first/all values, 5 = 2+3, 6 = 2+4"),
+    Variable("TORCH_MUSA_OP_DEBUG_DIR", Text("a directory"), "DEBUG_DIR", "`DEBUG_DIR`", "Where the op log goes"),
+    Variable("TORCH_MUSA_OP_DEBUG_LENGTH", Integer(1), 50, "`50`", "Values logged at levels 3 and 5"),
+    Variable("TORCH_MUSA_OP_DEBUG_LIST", Names(), (), "all", "Log only ops whose names contain one"),
+    Variable("TORCH_MUSA_OP_DEBUG_BLACK_LIST", Names(), (), "none", "Do not log ops whose names contain one"),
+    Variable("TORCH_MUSA_CUDA_COMPAT", Flag(), False, "`0`",
+             "Enable `torch_musa.cuda_compat` at import; CUDA's names of the variables above count when unset"),
+    Variable("MCCL_ENGINE", Choice("auto", "gloo", "nccl"), "auto", "`auto`",
+             "Gloo on the host driver; NCCL under the cuda driver unless ranks outnumber GPUs"),
+    Variable("MCCL_NATIVE", Choice("auto", "1", "0", synonyms={**_MCCL_ON, **_MCCL_OFF}), "auto", "`auto`",
+             "mccl's C++ collectives: if compiled in, built on first use, or off"),
+    Variable("MCCL_CHECK_COLLECTIVES",
+             Choice("first", "all", "off", synonyms={"1": "all", "true": "all", "yes": "all", "on": "all",
+                                                     "every": "all", "0": "off", "false": "off",
+                                                     "no": "off", "none": "off"}),
+             "first", "`first`", "Check that ranks' collectives match: each signature's first call, all, none"),
+    Variable("MCCL_STAGE_GLOO", Flag(), False, "`0`",
+             "Stage Gloo through host copies on the host driver too (as the cuda driver does)"),
+)
+
+VARIABLES: dict[str, Variable] = {v.name: v for v in _DECLARED}
+
+
+def markdown_table() -> str:
+    """The README's table of environment variables."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = ["| Variable | Values | Default | Meaning |", "|---|---|---|---|"]
+    for v in _DECLARED:
+        rows.append(f"| `{v.name}` | {cell(v.kind.brief)} | {cell(v.default_text)} | {cell(v.meaning)} |")
+    return "\n".join(rows) + "\n"
