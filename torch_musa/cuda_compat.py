@@ -32,7 +32,9 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import sys
 import threading
+import types
 import warnings
 
 import torch
@@ -42,6 +44,9 @@ from torch_musa.cuda_mapping import load_table, review_items
 
 # The module, not the ``device`` class that torch_musa.core exports under its name.
 _musa_device = importlib.import_module("torch_musa.core.device")
+_comm = importlib.import_module("torch_musa.core.comm")
+_torch_utils = importlib.import_module("torch._utils")
+_accelerator_utils = importlib.import_module("torch.accelerator._utils")
 
 __all__ = ["enable", "disable", "is_enabled", "maybe_enable_from_env", "limitations",
            "apply_env_aliases", "ENV_VAR"]
@@ -240,6 +245,57 @@ def _patch_nvtx():
     _set(nvtx, "range", lambda msg, *a, **k: contextlib.nullcontext())
 
 
+def _set_everywhere(module, name, value):
+    """``module.name = value``, and in every loaded torch module that holds the same
+    object under that name (``from module import name`` copied it)."""
+    orig = getattr(module, name)
+    for mod_name, mod in list(sys.modules.items()):
+        if (mod_name == "torch" or mod_name.startswith("torch.")) and mod is not None \
+                and vars(mod).get(name) is orig:
+            _set(mod, name, value)
+
+
+def _patch_device_type():
+    """DataParallel and torch._utils' device helpers take the musa device.
+
+    ``torch._utils._get_available_device_type`` asks ``torch.cuda.is_available()``
+    first, which the layer makes true: DataParallel then wanted its module on
+    cuda:0 while ``.cuda()`` had put it on musa:0, and its default device ids and
+    current-device answers would be read from the torch.cuda mirror by name. While
+    the layer is on the answer is musa's (functions already imported elsewhere
+    ask the layer, so they answer torch's again after ``disable()``).
+    """
+    orig = _torch_utils._get_available_device_type
+
+    def _get_available_device_type():
+        if _state["enabled"] and torch.musa.is_available():
+            return torch._C._get_privateuse1_backend_name()
+        return orig()
+    _set_everywhere(_torch_utils, "_get_available_device_type", _get_available_device_type)
+
+
+def _patch_accelerator():
+    """``torch.accelerator``'s device arguments take CUDA's spellings.
+
+    All of them go through ``torch.accelerator._utils._get_device_index``, which
+    rejects a device whose type is not the accelerator's ("cuda doesn't match the
+    current accelerator musa").
+    """
+    orig = _accelerator_utils._get_device_index
+
+    @functools.wraps(orig)
+    def _get_device_index(device, optional=False):
+        return orig(_dev(device), optional)
+    _set_everywhere(_accelerator_utils, "_get_device_index", _get_device_index)
+
+
+def _compat_mode_for_workers():
+    """parallel_apply's replica threads run under the device translation (a
+    TorchFunctionMode is per thread: ``torch.zeros(..., device="cuda")`` in a
+    replica's forward failed)."""
+    return _CudaToMusa if _state["enabled"] else None
+
+
 class _Autocast(torch.amp.autocast_mode.autocast):
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         super().__init__(_dev_type(device_type), dtype=dtype, enabled=enabled,
@@ -288,11 +344,35 @@ def _patch_amp():
             _set(torch.amp, name, _wrap_device_fn(fn))
 
 
-class _GeneratorMeta(type):
-    _orig = torch.Generator
+def _device_first(args, kwargs):
+    """Constructor arguments with the device (first, or ``device=``) mapped."""
+    if args:
+        args = (_dev(args[0]),) + tuple(args[1:])
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device=_dev(kwargs["device"]))
+    return args, kwargs
 
-    def __call__(cls, device="cpu"):
-        return cls._orig(_dev(device))
+
+class _DeviceClassMeta(type):
+    """A stand-in for a C++ torch class whose constructor takes a device first.
+
+    ``torch.Generator``, ``torch.Stream`` and ``torch.Event`` parse ``"cuda"`` in
+    C++ (no TorchFunctionMode sees it) and their types are immutable, so while the
+    layer is on the torch name is bound to a stand-in: calling it maps the device
+    and builds the torch class; instances, isinstance/issubclass and class
+    attributes are torch's. A class deriving from the stand-in derives from a
+    subclass of the torch class whose ``__new__`` maps the device.
+    """
+
+    def __new__(mcls, name, bases, ns, **kwargs):
+        if any(isinstance(b, mcls) for b in bases):
+            real = tuple(b._base if isinstance(b, mcls) else b for b in bases)
+            return types.new_class(name, real, kwargs, lambda body: body.update(ns))
+        return super().__new__(mcls, name, bases, ns)
+
+    def __call__(cls, *args, **kwargs):
+        args, kwargs = _device_first(args, kwargs)
+        return cls._orig(*args, **kwargs)
 
     def __instancecheck__(cls, obj):
         return isinstance(obj, cls._orig)
@@ -304,8 +384,18 @@ class _GeneratorMeta(type):
         return getattr(cls._orig, name)
 
 
-class _Generator(metaclass=_GeneratorMeta):
-    """torch.Generator that maps a ``cuda`` device to musa."""
+def _stand_in(orig):
+    def __new__(cls, *args, **kwargs):
+        args, kwargs = _device_first(args, kwargs)
+        return orig.__new__(cls, *args, **kwargs)
+
+    base = type(orig)(orig.__name__, (orig,), {"__new__": __new__, "__module__": __name__})
+    return _DeviceClassMeta(orig.__name__, (), {
+        "_orig": orig, "_base": base, "__module__": orig.__module__,
+        "__qualname__": orig.__qualname__, "__doc__": orig.__doc__})
+
+
+_Generator, _Stream, _Event = (_stand_in(c) for c in (torch.Generator, torch.Stream, torch.Event))
 
 
 def _map_location(ml):
@@ -336,6 +426,8 @@ def _map_location(ml):
 
 def _patch_factories():
     _set(torch, "Generator", _Generator)
+    _set(torch, "Stream", _Stream)
+    _set(torch, "Event", _Event)
     orig_load = torch.load
 
     @functools.wraps(orig_load)
@@ -457,6 +549,9 @@ def enable() -> None:
         _patch_amp()
         _patch_factories()
         _patch_distributed()
+        _patch_device_type()
+        _patch_accelerator()
+        _comm.add_worker_state(_compat_mode_for_workers)
         _push_mode()
         _state["enabled"] = True
     _check_visible_devices(set_names)
@@ -497,6 +592,7 @@ def disable() -> None:
             else:
                 setattr(obj, name, old)
         _state["saved"].clear()
+        _comm.remove_worker_state(_compat_mode_for_workers)
         _state["enabled"] = False
 
 

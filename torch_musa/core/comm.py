@@ -211,29 +211,62 @@ _PRIMITIVES = {
 }
 
 
-def _keep_musa_autocast(parallel_apply):
-    """``parallel_apply`` whose worker threads run under the caller's musa autocast.
+def _musa_autocast():
+    """The caller's musa autocast, to re-enter in each worker (None when off).
 
-    Autocast state is per thread. torch's workers re-enter autocast with
-    ``torch.is_autocast_enabled()``, which answers for CUDA only, so on musa the
-    replicas ran in float32 under ``torch.autocast("musa")``. The replicas are
-    called inside the caller's musa autocast settings instead.
+    torch's workers re-enter autocast with ``torch.is_autocast_enabled()``, which
+    answers for CUDA only, so without this the replicas ran in float32 under
+    ``torch.autocast("musa")``.
     """
+    if not torch.is_autocast_enabled("musa"):
+        return None
+    settings = dict(dtype=torch.get_autocast_dtype("musa"), cache_enabled=torch.is_autocast_cache_enabled())
+    return lambda: torch.autocast("musa", **settings)
+
+
+# Per-thread state that parallel_apply's worker threads must share with the caller.
+# Each entry runs in the caller's thread and returns None or a factory of a fresh
+# context manager, entered around every replica's call.
+_worker_state: list = [_musa_autocast]
+
+
+def add_worker_state(capture) -> None:
+    """Have ``parallel_apply``'s worker threads run under ``capture()``'s context.
+
+    ``capture`` runs in the caller's thread at each call and returns None (nothing
+    to carry over) or a zero-argument factory of a context manager; each worker
+    enters its own. Thread-local state (autocast, TorchFunctionModes) does not
+    reach the threads otherwise. ``remove_worker_state`` undoes it.
+    """
+    if capture not in _worker_state:
+        _worker_state.append(capture)
+
+
+def remove_worker_state(capture) -> None:
+    if capture in _worker_state:
+        _worker_state.remove(capture)
+
+
+def _keep_thread_state(parallel_apply):
+    """``parallel_apply`` whose worker threads run under the caller's thread state
+    (the musa autocast, and what ``add_worker_state`` registered)."""
     @functools.wraps(parallel_apply)
     def wrapper(modules, inputs, kwargs_tup=None, devices=None):
-        if not torch.is_autocast_enabled("musa"):
+        factories = [f for f in (capture() for capture in _worker_state) if f is not None]
+        if not factories:
             return parallel_apply(modules, inputs, kwargs_tup, devices)
-        settings = dict(dtype=torch.get_autocast_dtype("musa"), cache_enabled=torch.is_autocast_cache_enabled())
 
-        def under_autocast(module):
+        def under_state(module):
             def call(*args, **kwargs):
-                with torch.autocast("musa", **settings):
+                with contextlib.ExitStack() as stack:
+                    for factory in factories:
+                        stack.enter_context(factory())
                     return module(*args, **kwargs)
             return call
 
-        return parallel_apply([under_autocast(m) for m in modules], inputs, kwargs_tup, devices)
+        return parallel_apply([under_state(m) for m in modules], inputs, kwargs_tup, devices)
 
-    wrapper._musa_keeps_autocast = True
+    wrapper._musa_keeps_thread_state = True
     return wrapper
 
 
@@ -242,8 +275,8 @@ def install() -> list[str]:
 
     The primitives go where torch lacks them (all of them on a CPU build). On such a
     build musa tensors never take torch.nn.parallel.comm's NCCL path, so its "not
-    compiled with NCCL support" warning is silenced; and parallel_apply keeps the
-    caller's musa autocast in its threads.
+    compiled with NCCL support" warning is silenced; and parallel_apply's threads
+    keep the caller's musa autocast (and what ``add_worker_state`` registers).
     """
     added = [name for name in _PRIMITIVES if not hasattr(torch._C, name)]
     for name in added:
@@ -252,8 +285,8 @@ def install() -> list[str]:
         warnings.filterwarnings("ignore", message="PyTorch is not compiled with NCCL support",
                                 category=UserWarning, module=r"torch\.nn\.parallel\.comm")
     original = _parallel_apply_module.parallel_apply
-    if not getattr(original, "_musa_keeps_autocast", False):
-        patched = _keep_musa_autocast(original)
+    if not getattr(original, "_musa_keeps_thread_state", False):
+        patched = _keep_thread_state(original)
         for module in (_parallel_apply_module, _data_parallel_module, torch.nn.parallel):
             if getattr(module, "parallel_apply", None) is original:
                 module.parallel_apply = patched
