@@ -1,15 +1,16 @@
 """torch_musa.config: every environment variable declared once, read once, checked."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 import torch
 
 import torch_musa
-import torch_musa.distributed.native
 import torch_musa.testing
 from torch_musa.config import CONFIG, runtime, variables
+from torch_musa.config.profiles import PROFILES
 from torch_musa.config.variables import VARIABLES
 
 OURS = ("TORCH_MUSA_", "TORCH_USE_MUSA_", "MUSA_", "PYTORCH_MUSA_", "MCCL_")
@@ -35,7 +36,6 @@ BAD = [
     ("TORCH_MUSA_OP_DEBUG_LENGTH", "ten", "an integer >= 1"),
     ("TORCH_MUSA_CUDA_COMPAT", "si", "1, true, on, yes"),
     ("MCCL_ENGINE", "mpi", "auto, gloo, nccl"),
-    ("MCCL_NATIVE", "build", "auto, 1"),
     ("MCCL_CHECK_COLLECTIVES", "xyz", "first, all"),
     ("MCCL_STAGE_GLOO", "2", "1, true, on, yes"),
 ]
@@ -81,11 +81,11 @@ def test_load_builds_the_runtime_configuration():
     c = runtime.load({"TORCH_MUSA_PROFILE": "MTT S80", "MUSA_VISIBLE_DEVICES": "1",
                       "TORCH_MUSA_DEVICE_MEMORY": "4GB", "TORCH_MUSA_HOST_MEMORY_LIMIT": "6GB",
                       "PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:32,garbage_collection_threshold:0.5",
-                      "TORCH_MUSA_OP_DEBUG_LIST": "add, mul", "MCCL_NATIVE": "off"})
+                      "TORCH_MUSA_OP_DEBUG_LIST": "add, mul", "MCCL_CHECK_COLLECTIVES": "0"})
     assert (c.driver, c.profile.key, c.physical_indices, c.device_count) == ("host", "s80", (1,), 1)
     assert (c.capacity_bytes, c.host_limit_bytes) == (4 << 30, 6 << 30)
     assert (c.allocator.max_split_size_bytes, c.allocator.garbage_collection_threshold) == (32 << 20, 0.5)
-    assert c.op_debug_list == ("add", "mul") and c.mccl_native == "0"
+    assert c.op_debug_list == ("add", "mul") and c.mccl_check_collectives == "off"
     assert runtime.load({"MUSA_VISIBLE_DEVICES": ""}).device_count == 0
     with pytest.raises(ValueError, match="unknown or malformed option 'expandable_segments:True'"):
         runtime.load({"PYTORCH_MUSA_ALLOC_CONF": "expandable_segments:True"})
@@ -98,6 +98,23 @@ def test_cuda_names_stand_in_under_cuda_compat():
     assert c.physical_indices == (1,) and c.allocator.max_split_size_bytes == 64 << 20
     # an explicit musa setting wins
     assert runtime.load({**env, "TORCH_MUSA_CUDA_COMPAT": "1", "MUSA_VISIBLE_DEVICES": "0,1"}).device_count == 2
+
+
+def test_cuda_driver_sets_the_cuda_names_before_cuda_starts(monkeypatch):
+    seen = {}
+
+    def start_cuda():  # what the GPU would report, with the environment CUDA starts in
+        seen.update(env)
+        return dataclasses.replace(PROFILES["s5000"], key="cuda", num_devices=1)
+
+    monkeypatch.setattr(runtime, "_start_cuda", start_cuda)
+    env = {"TORCH_MUSA_DRIVER": "cuda", "MUSA_VISIBLE_DEVICES": "1",
+           "PYTORCH_MUSA_ALLOC_CONF": "expandable_segments:True"}
+    c = runtime.load(env)
+    assert seen["CUDA_VISIBLE_DEVICES"] == "1" and seen["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    # CUDA applies the visible devices itself; its allocator takes CUDA's options
+    assert c.driver == "cuda" and c.physical_indices == (0,) and c.profile.key == "cuda"
+    assert c.allocator.others == ("expandable_segments:True",)
 
 
 def test_cuda_names_are_the_mapping_tables():
@@ -118,7 +135,7 @@ def test_the_configuration_is_read_once(monkeypatch):
         return (torch.musa.get_device_properties(0).name, torch.musa.device_count(),
                 torch.musa.is_bf16_supported(), torch.musa.get_amp_supported_dtype(),
                 torch_musa.ops.coverage()["profile"], torch_musa.attention.max_flash_head_dim(),
-                torch_musa.testing.get_musa_arch(), mccl.engine(2), torch_musa.distributed.native.mode())
+                torch_musa.testing.get_musa_arch(), mccl.engine(2))
 
     before = observed()
     other = "s80" if CONFIG.profile.key != "s80" else "s5000"
@@ -126,7 +143,6 @@ def test_the_configuration_is_read_once(monkeypatch):
     monkeypatch.setenv("MUSA_VISIBLE_DEVICES", "")
     monkeypatch.setenv("MCCL_ENGINE", "nccl")
     assert runtime.load(os.environ).profile.key == other  # the variables would have mattered
-    monkeypatch.setenv("MCCL_NATIVE", "1" if CONFIG.mccl_native != "1" else "0")
     assert observed() == before
     with pytest.raises(AttributeError):
         CONFIG.driver = "cuda"  # frozen
