@@ -36,8 +36,10 @@ torch_musa.__spec__._initializing = False
 from torch_musa.utils.musa_converter import review_items
 
 assert not cc.is_enabled()
-os.environ["TORCH_MUSA_CUDA_COMPAT"] = "1"
-assert cc.maybe_enable_from_env() and cc.is_enabled()
+os.environ["TORCH_MUSA_CUDA_COMPAT"] = "1"  # too late: read once, at import
+assert not cc.maybe_enable_from_env() and not cc.is_enabled()
+cc.enable()
+assert cc.is_enabled()
 # torch.cuda answers from torch.musa
 assert torch.cuda.is_available() and torch.cuda.device_count() == torch.musa.device_count() == 2
 assert torch.cuda.get_device_name(0) == torch.musa.get_device_name(0)
@@ -126,15 +128,15 @@ if "mccl" not in dist.Backend.backend_list:      # a clear message, not "Invalid
 # CUDA_VISIBLE_DEVICES (set by the test) was copied for the runtime and child processes
 assert os.environ["MUSA_VISIBLE_DEVICES"] == "1"
 assert os.environ["PYTORCH_MUSA_ALLOC_CONF"] == "max_split_size_mb:64"   # CUDA-only option dropped
-from torch_musa.core import env
-assert env.visible_devices(2) == [1]
+from torch_musa.config.variables import visible_devices
+assert visible_devices(os.environ["MUSA_VISIBLE_DEVICES"], 2) == (1,)
 
 # the documented limitations are the converter's review list
 assert [x["id"] for x in cc.limitations()] == [i.id for i in review_items()]
 assert not torch.randn(1, device="cuda").is_cuda                      # documented
 assert torch.randn(1, device="cuda").device.type == "musa"            # documented
 
-# disable() restores stock behaviour; the env switch turns it back on
+# disable() restores stock behaviour; enable() turns it back on
 cc.disable()
 assert not torch.cuda.is_available() and not cc.is_enabled()
 try:
@@ -143,10 +145,9 @@ except (AssertionError, RuntimeError):
     pass
 else:
     raise SystemExit("cuda device accepted after disable()")
-os.environ.pop("TORCH_MUSA_CUDA_COMPAT", None)
 assert cc.maybe_enable_from_env() is False and not cc.is_enabled()
-os.environ["TORCH_MUSA_CUDA_COMPAT"] = "1"
-assert cc.maybe_enable_from_env() is True and torch.cuda.is_available()
+cc.enable()
+assert torch.cuda.is_available()
 assert torch.zeros(1, device="cuda").device.type == "musa"
 print("API-OK")
 '''

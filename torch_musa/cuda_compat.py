@@ -40,6 +40,8 @@ import warnings
 import torch
 
 import torch_musa  # noqa: F401  (registers the musa device first)
+from torch_musa.config import CONFIG
+from torch_musa.config.variables import VARIABLES, split_alloc_conf, visible_devices
 from torch_musa.cuda_mapping import load_table, review_items
 
 # The module, not the ``device`` class that torch_musa.core exports under its name.
@@ -502,13 +504,8 @@ def apply_env_aliases() -> list[str]:
     return out
 
 
-_ALLOC_OPTIONS = ("max_split_size_mb", "garbage_collection_threshold")
-
-
 def _musa_alloc_conf(spec: str) -> str:
-    keep, dropped = [], []
-    for item in filter(None, (s.strip() for s in spec.split(","))):
-        (keep if item.partition(":")[0].strip() in _ALLOC_OPTIONS else dropped).append(item)
+    keep, dropped = split_alloc_conf(spec)
     if dropped:
         warnings.warn(f"torch_musa.cuda_compat: PYTORCH_CUDA_ALLOC_CONF options {dropped} have "
                       "no musa equivalent and are ignored", stacklevel=3)
@@ -518,17 +515,12 @@ def _musa_alloc_conf(spec: str) -> str:
 def _check_visible_devices(set_names):
     if "MUSA_VISIBLE_DEVICES" not in set_names:
         return
-    try:
-        from torch_musa import _state as rt_state
-        from torch_musa.core import env
-        want = env.visible_devices(rt_state.profile.num_devices)
-        if list(want) != list(rt_state.physical_indices):
-            warnings.warn(
-                "torch_musa.cuda_compat: CUDA_VISIBLE_DEVICES was read after the musa runtime "
-                "started; it applies to child processes only. Set it with "
-                f"{ENV_VAR}=1 or as MUSA_VISIBLE_DEVICES before importing torch.", stacklevel=3)
-    except Exception:  # the runtime's internals may move; the warning is best effort
-        pass
+    spec = VARIABLES["MUSA_VISIBLE_DEVICES"].read(os.environ)  # as apply_env_aliases set it
+    if visible_devices(spec, CONFIG.profile.num_devices) != CONFIG.physical_indices:
+        warnings.warn(
+            "torch_musa.cuda_compat: CUDA_VISIBLE_DEVICES was read after the musa runtime "
+            "started; it applies to child processes only. Set it with "
+            f"{ENV_VAR}=1 or as MUSA_VISIBLE_DEVICES before importing torch.", stacklevel=3)
 
 
 def enable() -> None:
@@ -601,8 +593,9 @@ def is_enabled() -> bool:
 
 
 def maybe_enable_from_env() -> bool:
-    """Enable the layer when ``TORCH_MUSA_CUDA_COMPAT=1``; torch_musa calls this at import."""
-    if os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+    """Enable the layer when ``TORCH_MUSA_CUDA_COMPAT=1`` was set at import (torch_musa
+    then calls this; the variable is read once, with the rest of the configuration)."""
+    if CONFIG.cuda_compat:
         enable()
         return True
     return False
