@@ -10,7 +10,6 @@ paths differ on this machine, the noise any ratio carries. Bus bandwidth = bytes
 convention). ratio = mccl busbw / gloo busbw (target >= 0.95).
 
     .venv/bin/python benchmarks/bench_mccl.py                      # 2 ranks, 1 KB .. 256 MB
-    .venv/bin/python benchmarks/bench_mccl.py --native 0           # Python kernels only
     .venv/bin/python benchmarks/bench_mccl.py --sizes 1K,1M,64M --world 3 --rounds 7
     .venv/bin/python benchmarks/bench_mccl.py --json out.json
     TORCH_MUSA_DRIVER=cuda python benchmarks/bench_mccl.py --reference nccl --sizes 1M,16M,256M,1G
@@ -144,9 +143,6 @@ def main(argv=None):
     ap.add_argument("--reference", choices=("gloo", "nccl"), default="gloo",
                     help="what mccl is compared with: Gloo on CPU tensors, or (cuda driver, one rank per GPU) "
                          "NCCL on cuda tensors")
-    ap.add_argument("--native", choices=("1", "0", "auto"), default="1",
-                    help="MCCL_NATIVE for the ranks: 1 = C++ kernels for the hot collectives (built once "
-                         "if torch_musa does not carry them), 0 = Python kernels only (default 1)")
     args = ap.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     if args.reference == "nccl" and os.environ.get("TORCH_MUSA_DRIVER", "host") != "cuda":
@@ -156,15 +152,9 @@ def main(argv=None):
         port = s.getsockname()[1]
     import torch.multiprocessing as mp
 
-    os.environ["MCCL_NATIVE"] = args.native
     os.environ.setdefault("TORCH_MUSA_FALLBACK", "silent")
-    if args.native == "1":
-        from torch_musa.distributed import native
-
-        native.load(build=True)  # once, before the ranks start
-
     print(f"all_reduce, {args.world} ranks, float32, {args.stat} of {args.rounds} alternating rounds, "
-          f"MCCL_NATIVE={args.native}; busbw = bytes*2(n-1)/n/time")
+          f"busbw = bytes*2(n-1)/n/time")
     r = args.reference
     print(f"{'size':>8} {'iters':>6} {'mccl us':>12} {r + ' us':>12} {'mccl GB/s':>11} {r + ' GB/s':>11} "
           f"{'ratio':>7} {'floor':>7}", flush=True)

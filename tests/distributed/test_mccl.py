@@ -7,6 +7,9 @@ Each multi-process launch runs many named checks in one set of processes
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import tempfile
 
 import pytest
 import torch
@@ -16,7 +19,9 @@ import torch_musa
 import torch_musa.distributed
 from tests.distributed import launch
 from torch_musa.config import CONFIG
+from torch_musa.distributed import _C as mccl_C
 from torch_musa.distributed import mccl
+from torch_musa.distributed.mccl import kernels, works
 
 torch_musa.distributed.register()
 
@@ -31,26 +36,13 @@ COLLECTIVE_CHECKS = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
-def _native_available() -> bool:
-    """Build (once, ~30 s cold) the C++ kernels before any worker needs them."""
-    from torch_musa.distributed import native
-
-    try:
-        return bool(native.load(build=True))
-    except Exception:  # noqa: BLE001  (no compiler: the Python kernels serve everything)
-        return False
-
-
-# C++ kernels (csrc/mccl_ops.cpp) for the hot collectives, or the Python kernels only
-NATIVE = (("MCCL_NATIVE", "1"),)
-PYTHON = (("MCCL_NATIVE", "0"),)
+# Every Gloo call staged through host copies: the path the cuda driver takes when ranks
+# share a GPU (Gloo cannot read GPU memory), forced on the host driver.
+STAGED = (("MCCL_STAGE_GLOO", "1"),)
 
 
 @functools.lru_cache(maxsize=None)
 def _run(scenario: str, world: int, env: tuple = ()):
-    if dict(env).get("MCCL_NATIVE") == "1" and not _native_available():
-        pytest.skip("the C++ kernels could not be built here")
     # Under the cuda driver every rank starts CUDA and stages Gloo calls through host copies
     # on one shared GPU: slower, and one staged launch overran 100 s among 8 test workers.
     limit = 100 if CONFIG.driver == "host" else 300
@@ -88,11 +80,25 @@ def test_registration():
     assert dist.Backend.backend_list.count("mccl") == 1
 
 
-def test_native_kernels_serve_the_hot_ops():
-    if not _native_available():
-        pytest.skip("the C++ kernels could not be built here")
-    assert set(torch.ops.mccl.native_ops()) == {"allreduce_", "broadcast_", "_allgather_base_",
-                                                "_reduce_scatter_base_"}
+def _musa_kernel_file(op):
+    """Where the dispatcher's musa (PrivateUse1) kernel of ``c10d::<op>`` was registered."""
+    dump = torch._C._dispatch_dump(f"c10d::{op}")
+    (line,) = [ln for ln in dump.splitlines() if ln.startswith("PrivateUse1: registered at ")]
+    return line.split("registered at ", 1)[1].split(":", 1)[0]
+
+
+def test_each_collective_has_one_musa_kernel():
+    """The hot collectives are the C++ kernels; every other op is a Python kernel, and no
+    op has both (the Python ones would override the C++ ones)."""
+    hot = {"allreduce_", "broadcast_", "_allgather_base_", "_reduce_scatter_base_"}
+    assert set(mccl.NATIVE_OPS) == set(torch.ops.mccl.native_ops()) == hot
+    assert not hot & set(kernels.KERNELS)
+    for op in hot:
+        assert _musa_kernel_file(op).endswith("distributed/csrc/mccl_ops.cpp"), op
+    python_ops = [op for op in kernels.KERNELS if hasattr(torch.ops.c10d, op)]
+    assert {"alltoall_base_", "gather_", "send", "barrier"} <= set(python_ops)
+    for op in python_ops:
+        assert _musa_kernel_file(op) == kernels.__file__, op
 
 
 def test_engine_choice(monkeypatch):
@@ -162,8 +168,8 @@ def test_held_work_answers_cpp_and_python_alike():
 
     fut = torch.futures.Future()
     errors = []
-    mccl._fail(fut, errors, mccl.MCCLError("mccl broadcast: peer went away"))
-    w = dist.Work.unbox(mccl._held(Failing(fut)))
+    works.fail(fut, errors, mccl.MCCLError("mccl broadcast: peer went away"))
+    w = dist.Work.unbox(works.held(Failing(fut)))
     assert w.is_completed() and not w.is_success() and w.result() == []
     assert "peer went away" in str(w.exception())
     with pytest.raises(mccl.MCCLError, match="mccl broadcast"):
@@ -172,7 +178,7 @@ def test_held_work_answers_cpp_and_python_alike():
         with pytest.raises(RuntimeError, match="mccl broadcast: peer went away"):
             f.wait()
     with pytest.raises(RuntimeError, match="expects an exception instance"):
-        mccl._mccl_C._set_future_error(torch.futures.Future(), 3)
+        mccl_C._set_future_error(torch.futures.Future(), 3)
 
 
 def _C_work_future(w):
@@ -184,8 +190,6 @@ def _C_work_future(w):
 
 def test_single_process_group():
     """world_size 1 over a HashStore-backed FileStore: in place, on the device, no copy."""
-    import tempfile
-
     store = dist.FileStore(tempfile.mktemp(prefix="mccl_store_"), 1)
     dist.init_process_group("mccl", store=store, rank=0, world_size=1)
     try:
@@ -221,38 +225,72 @@ def test_single_process_group():
         dist.destroy_process_group()
 
 
+def test_hot_collectives_run_no_python_of_ours():
+    """all_reduce, broadcast, all_gather_into_tensor and reduce_scatter_tensor go from the
+    dispatcher to the C++ kernels: not one torch_musa Python frame per call (all_to_all_single,
+    a Python kernel, shows the probe sees them)."""
+    package = os.path.dirname(torch_musa.__file__)
+    seen = []
+
+    def probe(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            seen.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    store = dist.FileStore(tempfile.mktemp(prefix="mccl_store_"), 1)
+    dist.init_process_group("mccl", store=store, rank=0, world_size=1)
+    try:
+        t, out = torch.ones(8, device="musa"), torch.empty(8, device="musa")
+        sys.setprofile(probe)
+        try:
+            dist.all_reduce(t)
+            dist.all_reduce(t, async_op=True).wait()
+            dist.broadcast(t, 0)
+            dist.all_gather_into_tensor(out, t)
+            dist.reduce_scatter_tensor(t, out)
+        finally:
+            sys.setprofile(None)
+        assert seen == []
+        sys.setprofile(probe)
+        try:
+            dist.all_to_all_single(out, t)
+        finally:
+            sys.setprofile(None)
+        assert any(s.startswith(kernels.__file__) for s in seen), seen
+    finally:
+        dist.destroy_process_group()
+
+
 # --------------------------------------------------------------------------- 2 and 3 processes
 @pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
-def test_collectives_2_native(name):
-    """2 processes, C++ kernels for the hot collectives + Python for the rest."""
-    _check("collectives+init+ddp", 2, name, env=NATIVE)
+def test_collectives_2(name):
+    """2 processes: C++ kernels for the hot collectives, Python ones for the rest."""
+    _check("collectives+init+ddp", 2, name)
 
 
 @pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
-def test_collectives_3_python(name):
-    """3 processes, Python kernels for every collective."""
-    _check("collectives", 3, name, env=PYTHON)
+def test_collectives_3(name):
+    """3 processes (an odd group: uneven splits, a non-power-of-two ring)."""
+    _check("collectives", 3, name)
 
 
 @pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
 def test_collectives_2_staged(name):
-    """2 processes with every Gloo call staged through host copies: the path the cuda
-    driver takes when ranks share a GPU (Gloo cannot read GPU memory), forced here."""
-    _check("collectives", 2, name, env=NATIVE + (("MCCL_STAGE_GLOO", "1"),))
+    """2 processes with every Gloo call staged through host copies, C++ and Python kernels."""
+    _check("collectives", 2, name, env=STAGED)
 
 
 @pytest.mark.parametrize("name", ["init_device_id", "init_cpu_gloo_musa_mccl", "init_env"])
 def test_init_variants(name):
-    _check("collectives+init+ddp", 2, name, env=NATIVE)
+    _check("collectives+init+ddp", 2, name)
 
 
 def test_ddp_matches_single_process():
     """2 processes with half the batch each == 1 process with the full batch."""
-    _check("collectives+init+ddp", 2, "ddp_parity", env=NATIVE)
+    _check("collectives+init+ddp", 2, "ddp_parity")
 
 
 def test_functional_collectives():
-    _check("fsdp2", 2, "functional_collectives", env=NATIVE)
+    _check("fsdp2", 2, "functional_collectives")
 
 
 @pytest.mark.parametrize("name", ["functional_collectives", "fsdp2_parity"])
@@ -260,20 +298,19 @@ def test_fsdp2_staged(name):
     """Staged Gloo (as under the cuda driver): the functional collectives' work registry
     waits from C++ after the call completed, with the garbage collector run in between
     (a Python Work gone by then used to hang that wait forever)."""
-    _check("fsdp2", 2, name, env=NATIVE + (("MCCL_STAGE_GLOO", "1"),))
+    _check("fsdp2", 2, name, env=STAGED)
 
 
 def test_fsdp2_tiny_transformer():
     """fully_shard on a 2-layer transformer LM, 2 processes == 1 process, full batch."""
-    _check("fsdp2", 2, "fsdp2_parity", env=NATIVE)
+    _check("fsdp2", 2, "fsdp2_parity")
 
 
 # --------------------------------------------------------------------------- faults
-@pytest.mark.parametrize("env", [NATIVE, PYTHON], ids=["native", "python"])
 @pytest.mark.parametrize("name", ["fault_broadcast", "fault_all_reduce"])
-def test_peer_dies_or_stalls(name, env):
+def test_peer_dies_or_stalls(name):
     """Rank 1 skips a broadcast, then exits: rank 0 raises within the timeout, naming the op."""
-    results = _check("faults", 2, name, ranks=[0], env=env)
+    results = _check("faults", 2, name, ranks=[0])
     assert "mccl " + name.split("_", 1)[1] in results[0][name + "_msg"]
 
 
@@ -289,14 +326,13 @@ MISMATCH_CHECKS = ["mismatch_shape", "mismatch_dtype", "mismatch_reshape", "mism
 
 
 @pytest.mark.parametrize("name", MISMATCH_CHECKS)
-@pytest.mark.parametrize("env", [NATIVE, PYTHON], ids=["native", "python"])
-def test_mismatch_across_ranks_by_default(name, env):
+def test_mismatch_across_ranks_by_default(name):
     """No setting needed: different shapes/dtypes/collectives across ranks raise on every rank,
     naming the collective and each rank's shapes/dtypes; the group keeps working."""
-    _check("mismatch", 2, name, env=env)
+    _check("mismatch", 2, name)
 
 
 @pytest.mark.parametrize("name", ["mismatch_shape", "mismatch_dtype", "mismatch_then_ok"])
 def test_mismatch_across_ranks_check_all(name):
     """MCCL_CHECK_COLLECTIVES=all: PyTorch's ProcessGroupWrapper checks every call."""
-    _check("mismatch", 2, name, env=(("MCCL_CHECK_COLLECTIVES", "all"), ("MCCL_NATIVE", "1")))
+    _check("mismatch", 2, name, env=(("MCCL_CHECK_COLLECTIVES", "all"),))

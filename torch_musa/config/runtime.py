@@ -33,7 +33,6 @@ class RuntimeConfig:
     op_debug_black_list: tuple[str, ...]
     cuda_compat: bool
     mccl_engine: str  # "auto", "gloo" or "nccl"
-    mccl_native: str  # "auto", "1" or "0"
     mccl_check_collectives: str  # "first", "all" or "off"
     mccl_stage_gloo: bool
 
@@ -123,7 +122,6 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
         op_debug_black_list=value["TORCH_MUSA_OP_DEBUG_BLACK_LIST"],
         cuda_compat=value["TORCH_MUSA_CUDA_COMPAT"],
         mccl_engine=value["MCCL_ENGINE"],
-        mccl_native=value["MCCL_NATIVE"],
         mccl_check_collectives=value["MCCL_CHECK_COLLECTIVES"],
         mccl_stage_gloo=value["MCCL_STAGE_GLOO"],
     )

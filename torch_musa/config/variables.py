@@ -234,8 +234,6 @@ class _Profile(Choice):
         return key
 
 
-_MCCL_ON = {s: "1" for s in _TRUE[1:]}
-_MCCL_OFF = {s: "0" for s in _FALSE[1:]}
 
 _DECLARED = (
     Variable("TORCH_MUSA_DRIVER", Choice("host", "cuda", what="not a musa driver"), "host", "`host`",
@@ -266,8 +264,6 @@ _DECLARED = (
              "Enable `torch_musa.cuda_compat` at import; CUDA's names of the variables above count when unset"),
     Variable("MCCL_ENGINE", Choice("auto", "gloo", "nccl"), "auto", "`auto`",
              "Gloo on the host driver; NCCL under the cuda driver unless ranks outnumber GPUs"),
-    Variable("MCCL_NATIVE", Choice("auto", "1", "0", synonyms={**_MCCL_ON, **_MCCL_OFF}), "auto", "`auto`",
-             "mccl's C++ collectives: if compiled in, built on first use, or off"),
     Variable("MCCL_CHECK_COLLECTIVES",
              Choice("first", "all", "off", synonyms={"1": "all", "true": "all", "yes": "all", "on": "all",
                                                      "every": "all", "0": "off", "false": "off",

@@ -8,6 +8,13 @@ and adds ``torch.distributed.is_mccl_available()`` and ``torch.musa.mccl``
 """
 from __future__ import annotations
 
+import sys
+
+import torch
+import torch.distributed as dist
+
+from torch_musa.distributed import mccl
+
 __all__ = ["register", "is_mccl_available"]
 
 _registered = False
@@ -15,10 +22,6 @@ _registered = False
 
 def is_mccl_available() -> bool:
     """True when the ``mccl`` backend can be used (torch.distributed with Gloo present)."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return False
     return bool(dist.is_available() and dist.is_gloo_available())
 
 
@@ -27,20 +30,12 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    import sys
-
-    import torch
-
-    from torch_musa.distributed import mccl
-
     musa_mod = getattr(torch, "musa", None) or sys.modules.get("torch_musa.core")
     if musa_mod is not None:
         musa_mod.mccl = mccl
     sys.modules.setdefault("torch.musa.mccl", mccl)
-    if not torch.distributed.is_available():
-        _registered = True
-        return
-    torch.distributed.is_mccl_available = is_mccl_available
-    if is_mccl_available():
-        mccl.install()
+    if dist.is_available():
+        dist.is_mccl_available = is_mccl_available
+        if is_mccl_available():
+            mccl.install()
     _registered = True

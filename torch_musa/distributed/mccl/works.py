@@ -1,0 +1,295 @@
+"""The Works the Python kernels hand back, and how a collective completes.
+
+Synchronous calls wait inside the kernel, so a failure is raised there, naming
+the collective. Asynchronous ones return a :class:`MusaWork` whose ``wait()``
+raises that error and whose future yields the musa tensors. Each is handed out
+inside a C++ Work that owns it (:func:`held`, ``csrc/py_work.cpp``). Gloo works
+without a future of their own (reduce_scatter, send, recv) complete on the
+completer's threads.
+"""
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
+
+from torch_musa.distributed import _C as _mccl_C  # loading it registers the C++ kernels
+from torch_musa.distributed.mccl.aliases import CUDA_ALIASES, staging_scope
+from torch_musa.distributed.mccl.errors import named_error
+
+_work_from_future = _c10d._create_work_from_future
+
+
+def done_future(value):
+    f = torch.futures.Future()
+    f.set_result(value)
+    return f
+
+
+#: The caller only waits on a synchronous call's Work (already done): one shared, boxed one.
+DONE_WORK = _work_from_future(done_future([])).boxed()
+
+
+def done_work(value):
+    """A completed Work whose future yields ``value``."""
+    return _work_from_future(done_future(value)).boxed()
+
+
+def held(work):
+    """``work`` boxed inside a C++ Work that owns it: the Python object lives as long
+    as anyone, C++ or Python, holds the Work (csrc/py_work.cpp)."""
+    return _mccl_C._hold_work(work).boxed()
+
+
+def fail(fut, errors, err):
+    """Complete ``fut`` with a real error (seen through C++ as well, unlike
+    ``Future.set_exception``) and keep ``err`` for the Work's ``wait()`` to raise."""
+    errors.append(err)
+    _mccl_C._set_future_error(fut, err)
+
+
+def _flat_tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _flat_tensors(v)
+
+
+class MusaWork(dist.Work):
+    """The Work of an asynchronous mccl collective.
+
+    ``wait()`` raises the collective's error (naming it), ``is_completed()``
+    polls, ``get_future()`` yields the musa tensors. It is handed out only inside
+    a held Work (:func:`held`): a Python subclass of ``Work`` lives in its Python
+    object, and C++ holders of it alone (DDP, the functional collectives'
+    registry) would otherwise reach the base ``Work::wait`` once it was collected.
+    """
+
+    def __init__(self, fut, name, errors=None):
+        super().__init__()
+        self._fut = fut
+        self._name = name
+        self._errors = errors
+
+    def wait(self, timeout=None):  # noqa: ARG002  (Gloo enforces the group's timeout)
+        try:
+            self._fut.wait()
+        except Exception:
+            if self._errors:  # the MCCLError itself, not the future's RuntimeError
+                raise self._errors[0] from None
+            raise
+        return True
+
+    def get_future(self):
+        return self._fut
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        if not self._fut.done():
+            raise RuntimeError("mccl work is not completed yet")
+        return self.exception() is None
+
+    def exception(self):
+        if not self._fut.done():
+            return None
+        try:
+            self._fut.value()
+        except Exception as exc:  # noqa: BLE001
+            return self._errors[0] if self._errors else exc
+        return None
+
+    def result(self):
+        return list(_flat_tensors(self._fut.wait()))
+
+    def synchronize(self):
+        self.wait()
+
+    def __repr__(self):
+        return f"<mccl Work {self._name} completed={self.is_completed()}>"
+
+
+class _Completer:
+    """Completes futures for Gloo works that have none (reduce_scatter, send, recv).
+
+    One thread per outstanding work (threads are reused once idle), so a work
+    never waits behind another one, whatever order the ranks complete them in.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._q = queue.SimpleQueue()
+
+    def complete(self, work, name, backend, tensors, value):
+        """A held Work that completes (its future yielding ``value``) once ``work`` has,
+        waited on here rather than on a thread per call."""
+        fut, errors = torch.futures.Future(), []
+        self._submit((work, fut, errors, name, backend, tensors, value))
+        return held(MusaWork(fut, name, errors))
+
+    def _submit(self, item):
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._q.put(item)
+        if spawn:
+            threading.Thread(target=self._run, name="mccl-completer", daemon=True).start()
+
+    def _run(self):
+        while True:
+            work, fut, errors, name, backend, tensors, value = self._q.get()
+            try:
+                work.wait()
+            except Exception as exc:  # noqa: BLE001
+                fail(fut, errors, named_error(name, backend, tensors, exc))
+            else:
+                fut.set_result(value)
+            del work, fut, errors, backend, tensors, value
+            with self._lock:
+                self._idle += 1
+
+
+#: Completes the works passed to it (anything with ``wait()``); see :class:`_Completer`.
+completer = _Completer()
+
+
+class CopyBack:
+    """Waits on a work, then copies its results into the (aliased) outputs."""
+
+    def __init__(self, work, dsts, srcs):
+        self.work, self.dsts, self.srcs = work, dsts, srcs
+
+    def wait(self):
+        self.work.wait()
+        for d, x in zip(self.dsts, self.srcs):
+            d.copy_(x)
+        return True
+
+
+class Seq:
+    """Waits on several works in order."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+        return True
+
+
+def _device_of(*values):
+    for v in values:
+        for t in ([v] if isinstance(v, torch.Tensor) else v if isinstance(v, (list, tuple)) else []):
+            if isinstance(t, torch.Tensor) and t.device.type == "musa":
+                return t.device
+            if isinstance(t, (list, tuple)):
+                d = _device_of(t)
+                if d is not None:
+                    return d
+    return torch.device("musa", torch.musa.current_device())
+
+
+def _resolved(name, backend, tensors, value, errors, fut):
+    try:
+        fut.value()
+    except Exception as exc:  # noqa: BLE001
+        err = named_error(name, backend, tensors, exc)
+        errors.append(err)
+        raise err from exc
+    return value
+
+
+def _settle(out, name, backend, tensors, value, errors, fut):
+    try:
+        fut.value()
+    except Exception as exc:  # noqa: BLE001
+        fail(out, errors, named_error(name, backend, tensors, exc))
+    else:
+        out.set_result(value)
+
+
+def _settle_all(out, name, backend, tensors, value, errors, fut):
+    for sub in fut.value():
+        try:
+            sub.value()
+        except Exception as exc:  # noqa: BLE001
+            fail(out, errors, named_error(name, backend, tensors, exc))
+            return
+    out.set_result(value)
+
+
+def finish(name, backend, work, async_op, value, tensors, has_future=True):
+    """Sync: wait here (errors name the collective). Async: a Work whose future yields ``value``."""
+    if work is None:  # NCCL's blocking calls run on the current stream and return no Work
+        return DONE_WORK
+    scope = staging_scope()
+    if scope is not None and not has_future:
+        # Staged point-to-point (send/recv; reduce_scatter alike): completing it here could
+        # deadlock (the peer may wait for this rank's next call), so a completer thread
+        # waits for it and writes the received host copies back.
+        pairs = [] if name == "send" else list(scope.values())
+        scope.clear()  # nothing left for run_staged to copy back
+        return completer.complete(CopyBack(work, [t for t, _ in pairs], [h for _, h in pairs]), name, backend,
+                                  tensors, value)
+    if scope is not None:  # a staged Gloo call completes here
+        try:
+            work.wait()
+        except Exception as exc:  # noqa: BLE001
+            raise named_error(name, backend, tensors, exc) from exc
+        return done_work(value)
+    if not async_op:
+        try:
+            work.wait()
+        except Exception as exc:  # noqa: BLE001
+            raise named_error(name, backend, tensors, exc) from exc
+        return DONE_WORK
+    if not has_future:
+        return completer.complete(work, name, backend, tensors, value)
+    errors = []
+    if CUDA_ALIASES:
+        # Stream-ordered completion: a future on the musa device (its events order the
+        # consumers after the collective), set from the backend's CUDA future.
+        fut = torch.futures.Future(devices=[_device_of(value, tensors)])
+        work.get_future().add_done_callback(
+            functools.partial(_settle, fut, name, backend, tensors, value, errors))
+    else:
+        fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value, errors))
+    return held(MusaWork(fut, name, errors))
+
+
+def finish_many(name, backend, works, async_op, value, tensors):
+    """:func:`finish` for a call issued as several backend works (coalesced collectives)."""
+    works = [w for w in works if w is not None]  # NCCL's blocking calls return none
+    if not async_op:
+        for w in works:
+            try:
+                w.wait()
+            except Exception as exc:  # noqa: BLE001
+                raise named_error(name, backend, tensors, exc) from exc
+        return works[-1].boxed() if works else done_work(value)
+    futs = [w.get_future() for w in works]
+    all_done = torch.futures.collect_all(futs)
+
+    def _cb(f):
+        for sub in f.value():
+            try:
+                sub.value()
+            except Exception as exc:  # noqa: BLE001
+                raise named_error(name, backend, tensors, exc) from exc
+        return value
+
+    if CUDA_ALIASES:  # stream-ordered completion, as in finish
+        out = torch.futures.Future(devices=[_device_of(value, tensors)])
+        errors = []
+        all_done.add_done_callback(functools.partial(_settle_all, out, name, backend, tensors, value, errors))
+        return held(MusaWork(out, name, errors))
+    return held(MusaWork(all_done.then(_cb), name))
