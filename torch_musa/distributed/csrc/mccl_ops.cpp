@@ -5,7 +5,7 @@
 // driver: same bytes, no copy), calls the process group's musa backend (Gloo or
 // NCCL) and, for async_op, returns a Work whose future yields the musa tensors.
 // Errors name the collective. The other collectives are served by
-// torch_musa/distributed/mccl.py.
+// torch_musa/distributed/mccl/kernels.py.
 //
 // Built into torch_musa.distributed._C (module.cpp); `torch.ops.mccl.native_ops()`
 // lists what it serves so the Python side does not override it.

@@ -1,4 +1,4 @@
-// Lifetime of the Python-written mccl Works (distributed/mccl.py: _MusaWork).
+// Lifetime of the Python-written mccl Works (distributed/mccl/works.py: MusaWork).
 //
 // A Python subclass of c10d::Work lives in its Python object: when C++ (DDP,
 // the functional collectives' work registry, a boxed Work in a graph) holds
