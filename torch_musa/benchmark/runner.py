@@ -10,18 +10,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from torch_musa.testing.tolerances import tolerance
+
 from .config import DTYPES, Test, eval_expr
 from . import timing
-
-# dtype-aware tolerances: (rtol, atol); integers and bools compare exactly
-TOLERANCES = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-5),
-    torch.complex64: (1e-4, 1e-5),
-    torch.complex128: (1e-7, 1e-7),
-    torch.float16: (1e-2, 1e-3),
-    torch.bfloat16: (1.6e-2, 1e-2),
-}
 
 
 @dataclasses.dataclass
@@ -189,8 +181,8 @@ def compare(ref: torch.Tensor, got: torch.Tensor, rtol=None, atol=None) -> tuple
     if not (ref.is_floating_point() or ref.is_complex()):
         bad = (ref != got).sum().item()
         return bad == 0, (f"{bad} of {ref.numel()} elements differ" if bad else ""), float(bad > 0)
-    # a case may loosen the dtype's tolerances, never tighten them
-    r_def, a_def = TOLERANCES.get(ref.dtype, (1e-4, 1e-5))
+    # a case may loosen the dtype's tolerances (the package's policy), never tighten them
+    r_def, a_def = tolerance(ref.dtype)
     rtol = r_def if rtol is None else max(float(rtol), r_def)
     atol = a_def if atol is None else max(float(atol), a_def)
     r64 = ref.to(torch.complex128 if ref.is_complex() else torch.float64)
@@ -416,7 +408,7 @@ def _arbitrate(ref, got, truth, test, devname="this device") -> tuple[bool, str]
         t64 = t.detach().to(torch.float64)
         e_ref = (r.to(torch.float64) - t64).abs().nan_to_num(nan=math.inf).max().item() if r.numel() else 0.0
         e_got = (g.to(torch.float64) - t64).abs().nan_to_num(nan=math.inf).max().item() if g.numel() else 0.0
-        atol = TOLERANCES.get(r.dtype, (1e-4, 1e-5))[1]
+        atol = tolerance(r.dtype)[1]
         worst.append(f"{k}: {e_got:.3g} vs {e_ref:.3g}")
         if not e_got <= 2 * e_ref + atol:
             return False, (f"against a float64 CPU result, output {k} is off by {e_got:.3g}, "

@@ -16,7 +16,8 @@
 A failing comparison raises AssertionError naming the op, the dtype, the result
 (output, gradient, out= tensor, input modified in place), how many elements
 differ, the worst one (index, both values, absolute and relative error) and the
-tolerance. Dtype lists follow the hardware profile (``TORCH_MUSA_PROFILE``);
+tolerance. ``TOLERANCES`` is the package's one per-dtype tolerance policy. Dtype
+lists follow the hardware profile (``TORCH_MUSA_PROFILE``);
 asking for a dtype the profile lacks raises ``UnsupportedDtypeError``.
 """
 from .comparators import (
@@ -39,8 +40,6 @@ from .decorators import (
     test_on_nonzero_card_if_multiple_musa_device,
 )
 from .dtypes import (
-    DOUBLE_CAST_TOLERANCE,
-    LOW_PRECISION_TOLERANCE,
     UnsupportedDtypeError,
     double_cast_active,
     dtype_supported,
@@ -54,6 +53,7 @@ from .dtypes import (
     require_dtype,
 )
 from .op_test import InplaceOpCheck, InplaceOpChek, OpTest
+from .tolerances import TOLERANCES, tolerance
 
 __all__ = [
     "OpTest", "InplaceOpChek", "InplaceOpCheck",
@@ -62,8 +62,8 @@ __all__ = [
     "assert_close", "assert_allclose",
     "get_raw_data", "get_all_support_types", "get_all_support_types_withfp",
     "get_all_support_types_withfp16", "get_all_types", "get_float_types", "get_musa_arch",
-    "dtype_supported", "require_dtype", "UnsupportedDtypeError", "LOW_PRECISION_TOLERANCE",
-    "DOUBLE_CAST_TOLERANCE", "double_cast_active",
+    "dtype_supported", "require_dtype", "UnsupportedDtypeError", "TOLERANCES",
+    "tolerance", "double_cast_active",
     "test_on_nonzero_card_if_multiple_musa_device", "skip_if_not_multiple_musa_device",
     "skip_if_musa_unavailable", "MULTIGPU_AVAILABLE", "MUSA_AVAILABLE", "gen_ip_port",
     "CompileCounter",

@@ -1,4 +1,4 @@
-"""Dtype lists and tolerances that follow the selected hardware profile.
+"""Dtype lists that follow the selected hardware profile.
 
 The profile (``TORCH_MUSA_PROFILE``) decides which dtypes the device can
 compute in: s80 has no bfloat16, s80 and s4000 have no float64. The lists
@@ -23,24 +23,10 @@ __all__ = [
     "get_all_types",
     "get_float_types",
     "get_raw_data",
-    "LOW_PRECISION_TOLERANCE",
-    "DOUBLE_CAST_TOLERANCE",
     "double_cast_active",
 ]
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-#: (atol, rtol) a result computed in a low-precision dtype is held to when its
-#: reference was computed in a wider one (about two units in the last place).
-LOW_PRECISION_TOLERANCE = {
-    torch.float16: (1e-3, 2e-3),
-    torch.bfloat16: (1e-2, 1.6e-2),
-}
-
-
-#: (atol, rtol) for float64 results a profile without float64 computed in float32
-#: (``TORCH_USE_MUSA_DOUBLE_CAST``): float32's own tolerance.
-DOUBLE_CAST_TOLERANCE = (1e-5, 1.3e-6)
 
 
 class UnsupportedDtypeError(RuntimeError):

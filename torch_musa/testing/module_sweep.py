@@ -42,8 +42,10 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import torch_musa
 from torch_musa import _state
-from .sweep_common import (TOL, compare, draw_counts, load_testing_db, profile_limited, rate,
-                           to_device, weighted_grads, weighted_sum)
+from .dtypes import LOW_PRECISION
+from .sweep_common import (compare, draw_counts, load_testing_db, profile_limited, rate, to_device,
+                           weighted_grads, weighted_sum)
+from .tolerances import tolerance
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 CHECKS = ("forward", "backward", "identity", "state_dict")
@@ -54,7 +56,6 @@ SEED = 0
 # against float32 must be of the CPU's order, at most this many times it. A wrong formula is
 # off by the size of the values; another order, by a few ulps compounded through the layers
 # (musa's attention alone is no less accurate than the CPU's: error ratio median 0.7, max 2.3).
-LOW_PRECISION = (torch.float16, torch.bfloat16)
 ERROR_FACTOR = 4
 
 
@@ -171,7 +172,7 @@ def _no_farther_than_cpu(cpu, got, ref, dtype) -> None:
     another summation order moves single elements by an ulp of the largest ones."""
     fc, fg, fr = (tree_flatten(x)[0] for x in (cpu, got, ref))
     assert len(fc) == len(fg) == len(fr), f"{len(fc)} cpu, {len(fg)} musa, {len(fr)} float32 results"
-    rtol, atol = TOL[dtype]
+    rtol, atol = tolerance(dtype)
     for i, (a, b, r) in enumerate(zip(fc, fg, fr)):
         if not isinstance(a, torch.Tensor) or not a.is_floating_point():
             continue

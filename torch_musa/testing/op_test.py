@@ -12,9 +12,9 @@ from typing import Any, Iterable
 import torch
 
 from .comparators import Comparator, DefaultComparator, _dtype_name
-from .dtypes import (DOUBLE_CAST_TOLERANCE, LOW_PRECISION, LOW_PRECISION_TOLERANCE,
-                     UnsupportedDtypeError, double_cast_active, dtype_supported,
+from .dtypes import (LOW_PRECISION, UnsupportedDtypeError, double_cast_active, dtype_supported,
                      require_dtype)
+from .tolerances import tolerance
 
 __all__ = ["OpTest", "InplaceOpChek", "InplaceOpCheck"]
 
@@ -133,7 +133,7 @@ class OpTest:
             :class:`~torch_musa.testing.UnsupportedDtypeError`.
     Where the CPU cannot compute a float16/bfloat16 op, the reference is
     computed in float32 from the same rounded inputs and compared at the
-    half-precision tolerance (``LOW_PRECISION_TOLERANCE``).
+    half-precision tolerance (``torch_musa.testing.TOLERANCES``).
     """
 
     def __init__(self, func=None, refer_func=None, input_args=None,
@@ -416,8 +416,10 @@ class OpTest:
             check_dtype = False
         for comp in self._comparators:
             if widen_for is not None and check_dtype is False:
-                comp = comp.widened(*LOW_PRECISION_TOLERANCE.get(widen_for,
-                                                                 DOUBLE_CAST_TOLERANCE))
+                # the tolerance of the dtype the result was computed in: the low-precision
+                # one, else float32 (float64 computed in float32 under double casting)
+                rtol, atol = tolerance(widen_for if widen_for in LOW_PRECISION else torch.float32)
+                comp = comp.widened(atol=atol, rtol=rtol)
             comp.check(m, c, op=op, dtype=dtype if dtype is not None else m.dtype, name=name,
                        check_dtype=check_dtype, result_label=result_label,
                        golden_label=golden_label)

@@ -3,7 +3,8 @@
 Every op in ``common_methods_invocations.op_db``: its sample inputs for each
 dtype (float32, float16, bfloat16 where the profile has it, int64, bool) run
 on the CPU and on musa with the same seed, forward and, where the op supports
-autograd, backward; results are compared at dtype-aware tolerances.
+autograd, backward; results are compared at the package's tolerance policy
+(``torch_musa.testing.TOLERANCES``).
 
     python -m torch_musa.testing.opinfo_sweep [--sample N] [--json out.json] [--png out.png]
 """
@@ -21,8 +22,8 @@ from torch.utils._pytree import tree_map
 
 import torch_musa  # noqa: F401
 
-# PROFILE_LIMIT and TOL are part of this module's interface (its tests read them).
-from .sweep_common import (PROFILE_LIMIT, TOL, compare, draw_counts, load_testing_db,  # noqa: F401
+# PROFILE_LIMIT is part of this module's interface (its tests read it).
+from .sweep_common import (PROFILE_LIMIT, compare, draw_counts, load_testing_db,  # noqa: F401
                            profile_limited, rate, to_device, weighted_grads)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool]

@@ -12,9 +12,7 @@ import importlib
 import torch
 from torch.utils._pytree import tree_flatten
 
-# (rtol, atol) per dtype; dtypes not listed compare exactly.
-TOL = {torch.float16: (1e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float32: (1.3e-6, 1e-5),
-       torch.float64: (1e-7, 1e-7)}
+from .tolerances import tolerance
 
 # The error a profile without the dtype raises (csrc/aten/kernel_call.cpp, KernelCall::unsupported).
 PROFILE_LIMIT = "is not supported by the musa hardware profile"
@@ -47,11 +45,11 @@ def to_device(x, device):
 
 def compare(a, b, dtype, values: bool = True) -> None:
     """Raise when the musa results ``b`` differ from the CPU's ``a`` (same structure,
-    musa tensors, values within ``TOL[dtype]``; ``values=False``: shapes and dtypes only)."""
+    musa tensors, values within ``tolerance(dtype)``; ``values=False``: shapes and dtypes only)."""
     fa, _ = tree_flatten(a)
     fb, _ = tree_flatten(b)
     assert len(fa) == len(fb), f"{len(fa)} outputs on cpu, {len(fb)} on musa"
-    rtol, atol = TOL.get(dtype, (0, 0))
+    rtol, atol = tolerance(dtype)
     for x, y in zip(fa, fb):
         if isinstance(x, torch.Tensor):
             assert isinstance(y, torch.Tensor), f"cpu gave a tensor, musa gave {type(y).__name__}"

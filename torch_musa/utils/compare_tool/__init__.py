@@ -16,10 +16,9 @@ from .compare import (CompareError, CompareWithCPU, compare_for_single_op, compa
                       compare_tensor, save_data_for_op)
 from .module_tracker import ModuleTrackerHandle, open_module_tracker
 from .nan_inf import NanInfTrackError, NanInfTracker, nan_inf_track_for_single_op
-from ._common import DTYPE_TOLERANCES
 
 __all__ = [
     "CompareWithCPU", "NanInfTracker", "open_module_tracker", "compare_for_single_op",
-    "nan_inf_track_for_single_op", "CompareError", "NanInfTrackError", "DTYPE_TOLERANCES",
+    "nan_inf_track_for_single_op", "CompareError", "NanInfTrackError",
     "ModuleTrackerHandle", "compare_tensor", "compare_outputs", "save_data_for_op",
 ]

@@ -21,7 +21,8 @@ class _DefaultFloat(float):
     """A default tolerance: prints as its value, but tells "not given" from "given".
 
     ``CompareWithCPU(atol=0.001)`` keeps the documented signature; only when the
-    caller leaves it out are the dtype-aware defaults used.
+    caller leaves it out is the package's per-dtype policy used
+    (``torch_musa.testing.TOLERANCES``).
     """
 
     def __repr__(self) -> str:
@@ -30,24 +31,6 @@ class _DefaultFloat(float):
 
 DEFAULT_ATOL = _DefaultFloat(0.001)
 DEFAULT_RTOL = _DefaultFloat(0.001)
-
-# (atol, rtol) per dtype when the user gives no tolerance: a few ulps of each format,
-# loose enough for a different summation order, tight enough to catch a wrong kernel.
-DTYPE_TOLERANCES = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-3),
-    torch.float16: (1e-3, 4e-3),
-    torch.bfloat16: (1e-2, 3e-2),
-    torch.complex128: (1e-7, 1e-7),
-    torch.complex64: (1e-4, 1e-3),
-}
-
-
-def default_tolerance(dtype: torch.dtype) -> tuple[float, float] | None:
-    """(atol, rtol) for a floating dtype; None means exact match (integers, bool)."""
-    if dtype.is_floating_point or dtype.is_complex:
-        return DTYPE_TOLERANCES.get(dtype, (1e-2, 3e-2))   # float8 etc.: coarse formats
-    return None
 
 
 # ----------------------------------------------------------------------------- op names

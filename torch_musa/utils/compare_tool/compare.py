@@ -9,10 +9,12 @@ from typing import Any
 
 import torch
 
+from torch_musa.testing.tolerances import tolerance
+
 from . import module_tracker as _mt
 from ._common import (COLLECTIVE_NS, DEFAULT_ATOL, DEFAULT_RTOL, OpName, _DefaultFloat, _WindowedMode,
-                      default_tolerance, describe, flatten_tensors, fmt_err, format_frame,
-                      format_table, source_text, tree_map, user_frame)
+                      describe, flatten_tensors, fmt_err, format_frame, format_table, source_text,
+                      tree_map, user_frame)
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -136,8 +138,7 @@ def compare_tensor(dev: torch.Tensor, ref: torch.Tensor, atol: float | None, rto
     r = ref.detach()
     if tuple(d.shape) != tuple(r.shape):
         return False, math.inf, math.inf, f"shape {tuple(d.shape)} vs cpu {tuple(r.shape)}", None
-    dtol = default_tolerance(d.dtype)
-    if dtol is None:                                    # integers / bool: exact
+    if not (d.dtype.is_floating_point or d.dtype.is_complex):     # integers / bool: exact
         if r.dtype.is_floating_point or r.dtype.is_complex:
             r = r.to(d.dtype)
         eq = d == r
@@ -149,7 +150,7 @@ def compare_tensor(dev: torch.Tensor, ref: torch.Tensor, atol: float | None, rto
         return (False, err, math.inf,
                 f"{int((~eq).sum())} of {d.numel()} differ (exact match required); {picks}", (0.0, 0.0))
     if atol is None or rtol is None:
-        atol_, rtol_ = dtol
+        rtol_, atol_ = tolerance(d.dtype)
         atol = atol_ if atol is None else atol
         rtol = rtol_ if rtol is None else rtol
     if d.is_complex():
@@ -315,8 +316,8 @@ class CompareWithCPU(_WindowedMode):
     ``output_dir`` every compared op also goes to ``compare_result_rank{R}.jsonl`` and
     a PNG of the worst error per op is drawn at exit.
 
-    atol/rtol: left out, each float dtype gets its own defaults (see
-    ``DTYPE_TOLERANCES``); given, they apply to all float dtypes. Integer and bool
+    atol/rtol: left out, each float dtype gets the package's tolerance policy
+    (``torch_musa.testing.TOLERANCES``); given, they apply to all float dtypes. Integer and bool
     results always need an exact match.
     """
 
