@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.testing._comparison import default_tolerances
 
-from torch_musa.benchmark import runner
+from torch_musa.op_benchmark import runner
 from torch_musa.testing import TOLERANCES, sweep_common, tolerance
 from torch_musa.utils.compare_tool import compare_tensor
 

@@ -4,8 +4,8 @@ import textwrap
 
 import pytest
 
-from torch_musa.benchmark import config
-from torch_musa.benchmark.config import SuiteError, expand, load_suite, parse_suite
+from torch_musa.op_benchmark import config
+from torch_musa.op_benchmark.config import SuiteError, expand, load_suite, parse_suite
 
 GOOD = textwrap.dedent("""\
     suite: demo
@@ -125,7 +125,7 @@ def test_builtin_suites_all_load_and_have_short_tests():
 
 
 def test_cli_reports_broken_suite(tmp_path, capsys):
-    from torch_musa.benchmark.cli import main
+    from torch_musa.op_benchmark.cli import main
     p = tmp_path / "bad.yaml"
     p.write_text("cases:\n  - name: x\n    op: torch.neg\n    inputs: [{name: a}]\n")
     assert main(["--suite", str(p), "--device", "cpu", "--no-progress"]) == 2

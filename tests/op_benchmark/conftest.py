@@ -24,7 +24,7 @@ def musa():
 @pytest.fixture
 def fast():
     """Benchmark settings short enough for tests."""
-    from torch_musa.benchmark.runner import Settings
+    from torch_musa.op_benchmark.runner import Settings
     return Settings(min_time=0.002, warmup=1, warmup_time=0.0, min_block_time=2e-4,
                     max_rotations=2)
 

@@ -4,9 +4,9 @@ import time
 import pytest
 import torch
 
-from torch_musa.benchmark import timing
-from torch_musa.benchmark.config import expand, parse_suite
-from torch_musa.benchmark.runner import prepare, run_test
+from torch_musa.op_benchmark import timing
+from torch_musa.op_benchmark.config import expand, parse_suite
+from torch_musa.op_benchmark.runner import prepare, run_test
 
 
 def test_percentile():

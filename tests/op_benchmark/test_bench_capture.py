@@ -4,10 +4,10 @@ import textwrap
 import torch
 from torch import nn
 
-from torch_musa.benchmark import record
-from torch_musa.benchmark.cli import main
-from torch_musa.benchmark.config import expand, load_suite
-from torch_musa.benchmark.runner import run_test
+from torch_musa.op_benchmark import record
+from torch_musa.op_benchmark.cli import main
+from torch_musa.op_benchmark.config import expand, load_suite
+from torch_musa.op_benchmark.runner import run_test
 
 
 def _model():

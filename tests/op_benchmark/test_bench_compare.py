@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from torch_musa.benchmark import report
-from torch_musa.benchmark.cli import main
+from torch_musa.op_benchmark import report
+from torch_musa.op_benchmark.cli import main
 
 
 def _row(tid, device, median, status="ok"):
@@ -61,5 +61,5 @@ def test_compare_cli_writes_table_and_chart(tmp_path, capsys):
 
 def test_compare_rejects_other_json(tmp_path):
     bad = _write(tmp_path, "x.json", {"hello": 1})
-    with pytest.raises(ValueError, match="not a torch_musa.benchmark result"):
+    with pytest.raises(ValueError, match="not a torch_musa.op_benchmark result"):
         main(["--compare", bad, bad])

@@ -14,7 +14,7 @@ from collections import OrderedDict, defaultdict
 
 import torch
 
-SCHEMA = "torch_musa.benchmark/1"
+SCHEMA = "torch_musa.op_benchmark/1"
 
 
 def cpu_model() -> str:
@@ -219,7 +219,7 @@ def load_json(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     if not isinstance(doc, dict) or "results" not in doc:
-        raise ValueError(f"{path}: not a torch_musa.benchmark result file (no 'results')")
+        raise ValueError(f"{path}: not a torch_musa.op_benchmark result file (no 'results')")
     return doc
 
 

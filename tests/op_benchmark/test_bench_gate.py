@@ -4,9 +4,9 @@ import warnings
 import pytest
 import torch
 
-from torch_musa.benchmark.config import expand, parse_suite
-from torch_musa.benchmark.runner import compare, run_test
-from torch_musa.benchmark.report import results_table
+from torch_musa.op_benchmark.config import expand, parse_suite
+from torch_musa.op_benchmark.runner import compare, run_test
+from torch_musa.op_benchmark.report import results_table
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 import csv
 import json
 
-from torch_musa.benchmark.cli import main
+from torch_musa.op_benchmark.cli import main
 
 
 def test_two_device_run_writes_json_csv_png(tmp_path, musa, capsys):

@@ -4,7 +4,7 @@ Dispatch-level tracing: a TorchDispatchMode sees every aten op call (forward and
 backward) with its real shapes and dtypes. Calls are grouped by op and argument
 structure; each distinct set of shapes becomes one entry of the case's list.
 
-    from torch_musa.benchmark import record
+    from torch_musa.op_benchmark import record
     with record() as rec:
         loss = model(x).sum(); loss.backward()
     rec.write_suite("my_model.yaml")
