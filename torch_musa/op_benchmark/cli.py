@@ -68,13 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _import_plugin():
-    try:
-        import torch_musa  # noqa: F401  registers the musa device
-    except Exception as e:  # noqa: BLE001
-        print(f"warning: import torch_musa failed: {type(e).__name__}: {e}", file=sys.stderr)
-
-
 def default_devices() -> list[str]:
     try:
         acc = torch.accelerator.current_accelerator()
@@ -140,7 +133,6 @@ def run_capture(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    _import_plugin()
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     if args.compare:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import importlib.metadata
 import json
 import math
 import os
@@ -13,6 +14,8 @@ import sys
 from collections import OrderedDict, defaultdict
 
 import torch
+
+from torch_musa import _C
 
 SCHEMA = "torch_musa.op_benchmark/1"
 
@@ -60,12 +63,8 @@ def stack_info(devices: list[torch.device]) -> dict:
         info["numpy"] = numpy.__version__
     except ImportError:
         pass
-    try:
-        import torch_musa
-        info["torch_musa"] = torch_musa.__version__
-        info["driver"] = torch_musa._C._driver_name()
-    except Exception as e:  # noqa: BLE001
-        info["torch_musa_error"] = f"{type(e).__name__}: {e}"
+    info["torch_musa"] = importlib.metadata.version("torch_musa")
+    info["driver"] = _C._driver_name()
     try:
         acc = torch.accelerator.current_accelerator()
         info["accelerator"] = str(acc) if acc is not None else None

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
+import importlib.metadata
 import io
 import json
 import sys
@@ -40,8 +41,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-import torch_musa
 from torch_musa import _state
+
 from .dtypes import LOW_PRECISION
 from .sweep_common import (compare, draw_counts, load_testing_db, profile_limited, rate, to_device,
                            weighted_grads, weighted_sum)
@@ -519,7 +520,7 @@ def main(argv=None) -> int:
     meta = {"command": "python -m torch_musa.testing.module_sweep " + " ".join(argv if argv is not None
                                                                                else sys.argv[1:]),
             "profile": torch.musa.get_device_name(), "torch": torch.__version__,
-            "torch_musa": torch_musa.__version__, "seconds": round(seconds, 1)}
+            "torch_musa": importlib.metadata.version("torch_musa"), "seconds": round(seconds, 1)}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**meta, "summary": s, "results": [asdict(r) for r in results]}, f, indent=2)

@@ -20,8 +20,6 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.utils._pytree import tree_map
 
-import torch_musa  # noqa: F401
-
 # PROFILE_LIMIT is part of this module's interface (its tests read it).
 from .sweep_common import (PROFILE_LIMIT, compare, draw_counts, load_testing_db,  # noqa: F401
                            profile_limited, rate, to_device, weighted_grads)

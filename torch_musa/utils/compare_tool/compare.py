@@ -618,7 +618,6 @@ def _replay_device(data: dict, device):
     d = data.get("device")
     if d and d != "None":
         return torch.device(d)
-    import torch_musa  # noqa: F401
     return torch.device("musa")
 
 
