@@ -305,3 +305,150 @@ print("SPELLINGS-OK")
 def test_every_torch_cuda_device_argument_takes_cuda_spellings():
     r = python(DEVICE_SPELLINGS, env={"TORCH_MUSA_CUDA_COMPAT": "1"})
     assert r.returncode == 0 and "SPELLINGS-OK" in r.stdout, r.stderr[-3000:]
+
+
+DATA_PARALLEL = r'''
+import copy, importlib
+import torch
+from torch import nn
+from torch_musa import cuda_compat as cc
+assert cc.is_enabled()
+data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+comm = importlib.import_module("torch_musa.core.comm")
+stock_type = torch._utils._get_available_device_type
+
+
+class Net(nn.Module):
+    """Makes tensors on "cuda" inside forward, as CUDA code does (in DataParallel's
+    replica threads, which do not inherit the caller's TorchFunctionMode)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 4)
+
+    def forward(self, x):
+        shift = torch.arange(4, dtype=x.dtype, device="cuda") + torch.ones(1).cuda()
+        return self.linear(x) + shift.to(x.device)
+
+
+torch.manual_seed(0)
+cpu = Net()
+x = torch.randn(10, 6)
+want = cpu(x)
+want.square().sum().backward()
+# PyTorch's ImageNet example: wrap first, then move with .cuda()
+model = copy.deepcopy(cpu)
+dp = nn.DataParallel(model).cuda()
+assert dp.device_ids == [0, 1] and dp.src_device_obj == torch.device("musa", 0)
+got = dp(x.cuda())
+assert got.device == torch.device("musa", 0)
+got.square().sum().backward()
+TOL = dict(rtol=1e-5, atol=1e-5)   # the batch split adds the weight gradient in another order
+torch.testing.assert_close(got.cpu(), want.detach(), **TOL)
+for (name, p), q in zip(model.named_parameters(), cpu.parameters()):
+    torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL, msg=name)
+
+# device objects and an output device, spelled for CUDA
+dp = nn.DataParallel(copy.deepcopy(cpu).to("cuda:1"), device_ids=[torch.device("cuda:1"), 0],
+                     output_device="cuda:0")
+assert dp.src_device_obj == torch.device("musa", 1)
+out = dp(x.cuda(1))
+assert out.device == torch.device("musa", 0)
+torch.testing.assert_close(out.cpu(), want.detach(), **TOL)
+
+# the replicas keep the caller's autocast along with the translation
+class Half(Net):
+    def forward(self, x):
+        y = self.linear(x)      # float16 under autocast
+        return y + torch.arange(4, dtype=y.dtype, device="cuda").to(x.device)
+
+
+half = Half()
+half.load_state_dict(cpu.state_dict())
+with torch.autocast("cuda", dtype=torch.float16):
+    out = nn.DataParallel(half.cuda())(x.cuda())
+assert out.dtype == torch.float16
+torch.testing.assert_close(out.float().cpu(), want.detach() - 1, rtol=1e-2, atol=1e-2)
+
+# disable() puts torch's function back where it was bound
+cc.disable()
+assert torch._utils._get_available_device_type is data_parallel._get_available_device_type
+assert torch._utils._get_available_device_type is not stock_type   # bound by enable()
+try:
+    nn.DataParallel(Net())   # forward makes tensors on "cuda": refused without the layer
+    nn.DataParallel(copy.deepcopy(cpu).to("musa"))(x.to("musa"))
+except (RuntimeError, AssertionError) as e:
+    assert "cuda" in str(e).lower(), e
+else:
+    raise SystemExit("'cuda' translated in the replicas after disable()")
+assert all(f.__name__ != "_compat_mode_for_workers" for f in comm._worker_state)
+print("DP-OK")
+'''
+
+
+def test_data_parallel_under_the_layer():
+    """nn.DataParallel takes musa as its device type and the replica threads
+    translate "cuda"; disable() undoes both."""
+    r = python(DATA_PARALLEL, env={"TORCH_MUSA_CUDA_COMPAT": "1"})
+    assert r.returncode == 0 and "DP-OK" in r.stdout, r.stderr[-3000:]
+
+
+STREAMS_ACCELERATOR = r'''
+import torch
+from torch_musa import cuda_compat as cc
+assert cc.is_enabled()
+Stream, Event = torch.Stream, torch.Event
+for d, i in (("cuda", 0), ("cuda:1", 1), (torch.device("cuda", 1), 1), (1, 1)):
+    s = torch.Stream(device=d)
+    assert s.device == torch.device("musa", i) and s.device_index == i, d
+    assert torch.Stream(d, priority=-1).device_index == i
+    assert torch.accelerator.current_stream(d).device_index == i
+    torch.accelerator.synchronize(d)
+    assert torch.accelerator.memory_allocated(d) == torch.musa.memory_allocated(i)
+e = torch.Event(device="cuda", enable_timing=True)
+s = torch.Stream(device="cuda:1")
+x = torch.ones(256, device="cuda:1")
+e.record(s); e.synchronize()
+assert e.device == torch.device("musa", 1) and e.query()
+torch.accelerator.set_device_index("cuda:1"); assert torch.musa.current_device() == 1
+torch.accelerator.set_device_index(torch.device("cuda", 0)); assert torch.musa.current_device() == 0
+# the stand-ins are torch's classes to every check, and can be derived from
+assert isinstance(s, torch.Stream) and isinstance(torch.musa.current_stream(), torch.Stream)
+assert isinstance(e, torch.Event) and issubclass(torch.musa.Stream, torch.Stream)
+assert isinstance(None, torch.Stream | None) and torch.Stream.__name__ == "Stream"
+
+
+class Timed(torch.Event):
+    def __init__(self, device=None):
+        super().__init__()
+        self.tag = "mine"
+
+
+t = Timed("cuda:1")
+assert isinstance(t, Event) and t.tag == "mine" and t.device.type == "musa"   # index: at record
+t.record(s)
+assert t.device == torch.device("musa", 1)
+for bad in ("cuda:7", "musa:7"):
+    try:
+        torch.Stream(device=bad)
+    except (RuntimeError, ValueError, IndexError):
+        pass
+    else:
+        raise SystemExit(f"torch.Stream(device={bad!r}) accepted")
+cc.disable()
+assert type(torch.Stream) is type and torch.Stream is not Stream
+for make in (lambda: torch.Stream(device="cuda"), lambda: torch.Event(device="cuda"),
+             lambda: torch.accelerator.current_stream("cuda")):
+    try:
+        make()
+    except (RuntimeError, ValueError):
+        pass
+    else:
+        raise SystemExit("'cuda' still names a musa device after disable()")
+print("STREAMS-OK")
+'''
+
+
+def test_torch_stream_event_and_accelerator_take_cuda_spellings():
+    r = python(STREAMS_ACCELERATOR, env={"TORCH_MUSA_CUDA_COMPAT": "1"})
+    assert r.returncode == 0 and "STREAMS-OK" in r.stdout, r.stderr[-3000:]

@@ -8,13 +8,16 @@ runs the same split on one device.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import threading
 
 import pytest
 import torch
 from torch import nn
 
 import torch_musa  # noqa: F401
+from torch_musa.core import comm
 
 M0, M1 = torch.device("musa:0"), torch.device("musa:1")
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -155,6 +158,43 @@ def test_autocast_reaches_the_replicas():
     torch.testing.assert_close(out, ref, rtol=1e-3, atol=1e-3)
     with torch.autocast("musa", dtype=torch.float16, enabled=False):
         assert dp(x).dtype == torch.float32
+
+
+def test_registered_thread_state_reaches_the_replicas():
+    """What torch.musa.comm.add_worker_state registers is entered in every replica's
+    thread (cuda_compat registers its TorchFunctionMode so), until removed."""
+    local = threading.local()
+
+    @contextlib.contextmanager
+    def tagged():
+        local.tag = "caller's"
+        try:
+            yield
+        finally:
+            del local.tag
+
+    def capture():
+        return tagged if getattr(local, "tag", None) else None
+
+    class Tags(nn.Module):
+        def forward(self, x):
+            return x, getattr(local, "tag", None), threading.get_ident()
+
+    dp = nn.DataParallel(Tags(), device_ids=[0, 1])
+    x = torch.randn(4, 2, device=M0)
+    comm.add_worker_state(capture)
+    try:
+        with tagged():
+            replicas = dp.parallel_apply(dp.replicate(dp.module, [0, 1]), [(x[:2],), (x[2:],)], None)
+        assert [r[1] for r in replicas] == ["caller's", "caller's"]
+        assert threading.get_ident() not in {r[2] for r in replicas}     # ran in the workers
+        replicas = dp.parallel_apply(dp.replicate(dp.module, [0, 1]), [(x[:2],), (x[2:],)], None)
+        assert [r[1] for r in replicas] == [None, None]                  # nothing to carry
+    finally:
+        comm.remove_worker_state(capture)
+    with tagged():
+        replicas = dp.parallel_apply(dp.replicate(dp.module, [0, 1]), [(x[:2],), (x[2:],)], None)
+    assert [r[1] for r in replicas] == [None, None]
 
 
 def test_no_warnings_from_a_training_step(subpython):
