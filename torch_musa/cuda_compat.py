@@ -16,7 +16,10 @@ What it does (``enable()``; ``disable()`` undoes it):
 * Every device argument of ``torch.cuda.*`` (``Stream``, ``ExternalStream``,
   ``device``, ``set_device``, ``synchronize``, ``current_stream``, memory,
   ``get_device_properties``, ...) takes ``"cuda"``, ``"cuda:N"``,
-  ``torch.device("cuda", N)`` and ints, as CUDA's do.
+  ``torch.device("cuda", N)`` and ints, as CUDA's do; so do ``torch.Stream``,
+  ``torch.Event`` and ``torch.accelerator.*``.
+* ``nn.DataParallel`` runs over the musa devices (its replica threads
+  translate ``"cuda"`` too).
 * ``torch.version.cuda`` names a CUDA release (``_patch_version`` says why), so
   PyTorch does not take the device for ROCm.
 * ``init_process_group("nccl")`` (and ``"cpu:gloo,cuda:nccl"``) uses ``mccl``.
@@ -527,7 +530,8 @@ def enable() -> None:
     """Turn the compatibility layer on (idempotent) for this process.
 
     The device-argument translation is a TorchFunctionMode, which is per
-    thread: call ``enable()`` again inside threads that create tensors.
+    thread: call ``enable()`` again inside threads that create tensors
+    (``nn.DataParallel``'s replica threads have it already).
     """
     with _lock:
         if _state["enabled"]:
