@@ -194,7 +194,7 @@ def test_counts_and_review():
     assert r.counts["py.string.backend"] == 1
     ids = {(x["line"], x["id"]) for x in r.review}
     assert ids == {(1, "nvml"), (2, "cpu-fallback-branch"), (3, "device-type-compare"),
-                   (5, "nccl-check"), (7, "torch-version-cuda"), (8, "data-parallel"),
+                   (5, "nccl-check"), (7, "torch-version-cuda"),
                    (9, "grad-scaler-float64"), (10, "alloc-conf-options")}
 
 
