@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from torch_musa import _state
+from torch_musa.config import CONFIG
 from torch_musa.testing.sweep_common import PROFILE_LIMIT, load_testing_db
 from torch_musa.testing import module_sweep
 from torch_musa.testing.module_sweep import CHECKS, Result
@@ -125,7 +125,7 @@ def test_cli_writes_table_json_markdown_and_chart(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "nn.Linear" in printed and "module/dtype pairs the CPU runs" in printed
     data = json.loads(out["json"].read_text())
-    lacking = set(_state.profile.unsupported_dtypes())
+    lacking = set(CONFIG.profile.unsupported_dtypes())
     dtypes = [str(d).replace("torch.", "") for d in module_sweep.DTYPES if d not in lacking]
     assert data["summary"]["pairs"] == 2 * len(dtypes) and data["summary"]["pass_rate"] == 1.0
     assert {(r["module"], r["dtype"]) for r in data["results"]} == {

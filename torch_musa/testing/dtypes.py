@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_musa import _state
+from torch_musa.config import CONFIG
 
 __all__ = [
     "UnsupportedDtypeError",
@@ -35,12 +35,12 @@ class UnsupportedDtypeError(RuntimeError):
 
 def get_musa_arch() -> int:
     """Arch number of the selected hardware profile: 21 (s80), 22 (s4000), 31 (s5000)."""
-    return _state.profile.arch
+    return CONFIG.profile.arch
 
 
 def dtype_supported(dtype: torch.dtype) -> bool:
     """Whether the selected hardware profile can compute in ``dtype``."""
-    return dtype not in _state.profile.unsupported_dtypes()
+    return dtype not in CONFIG.profile.unsupported_dtypes()
 
 
 def _profile_hint(dtype: torch.dtype) -> str:
@@ -53,7 +53,7 @@ def _profile_hint(dtype: torch.dtype) -> str:
 def double_cast_active() -> bool:
     """Whether float64 ops on musa are computed in float32 right now (a profile
     without float64 and ``TORCH_USE_MUSA_DOUBLE_CAST`` or ``set_double_cast(True)``)."""
-    if _state.profile.supports_fp64:
+    if CONFIG.profile.supports_fp64:
         return False
     try:
         torch.ones(1, dtype=torch.float64, device="musa").add(1)
@@ -68,7 +68,7 @@ def require_dtype(dtype: torch.dtype, what: str = "this test") -> None:
     if dtype == torch.float64 and not dtype_supported(dtype) and double_cast_active():
         return
     if isinstance(dtype, torch.dtype) and not dtype_supported(dtype):
-        p = _state.profile
+        p = CONFIG.profile
         raise UnsupportedDtypeError(
             f"{what} asks for {_name(dtype)}, which the musa hardware profile "
             f"{p.name} ({p.key}, arch {p.arch}) does not support; {_profile_hint(dtype)}"

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from torch_musa import _state
+from torch_musa.config import CONFIG
 
 from .dtypes import LOW_PRECISION
 from .sweep_common import (compare, draw_counts, load_testing_db, profile_limited, rate, to_device,
@@ -411,7 +411,7 @@ def cases(sample: int = 1, modules: list[str] | None = None):
     unknown = sorted(set(modules or ()) - known)
     if unknown:
         raise ValueError(f"not in module_db: {', '.join(unknown)}; it has {', '.join(sorted(known))}")
-    lacking = set(_state.profile.unsupported_dtypes())
+    lacking = set(CONFIG.profile.unsupported_dtypes())
     for i, mi in enumerate(infos):
         if (modules and mi.name not in modules) or (not modules and i % sample):
             continue

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.utils._pytree import tree_map
 
+from torch_musa.config import CONFIG
+
 # PROFILE_LIMIT is part of this module's interface (its tests read it).
 from .sweep_common import (PROFILE_LIMIT, compare, draw_counts, load_testing_db,  # noqa: F401
                            profile_limited, rate, to_device, weighted_grads)
@@ -90,10 +92,7 @@ def run_case(op, dtype) -> Result:
 
 def cases(sample: int = 1, offset: int = 0):
     op_db = load_testing_db("common_methods_invocations", "op_db")
-
-    from torch_musa import _state
-
-    lacking = set(_state.profile.unsupported_dtypes())
+    lacking = set(CONFIG.profile.unsupported_dtypes())
     for i, op in enumerate(op_db):
         if i % sample != offset % sample:
             continue
