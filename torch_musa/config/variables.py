@@ -234,7 +234,6 @@ class _Profile(Choice):
         return key
 
 
-
 _DECLARED = (
     Variable("TORCH_MUSA_DRIVER", Choice("host", "cuda", what="not a musa driver"), "host", "`host`",
              "`host`: device memory in host RAM, kernels on the CPU; `cuda`: musa on an NVIDIA GPU"),
