@@ -255,8 +255,8 @@ def _set_everywhere(module, name, value):
     object under that name (``from module import name`` copied it)."""
     orig = getattr(module, name)
     for mod_name, mod in list(sys.modules.items()):
-        if (mod_name == "torch" or mod_name.startswith("torch.")) and mod is not None \
-                and vars(mod).get(name) is orig:
+        if (mod_name == "torch" or mod_name.startswith("torch.")) \
+                and getattr(mod, "__dict__", {}).get(name) is orig:
             _set(mod, name, value)
 
 
