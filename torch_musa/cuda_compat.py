@@ -42,7 +42,6 @@ import warnings
 
 import torch
 
-import torch_musa  # noqa: F401  (registers the musa device first)
 from torch_musa.config import CONFIG
 from torch_musa.config.variables import VARIABLES, split_alloc_conf, visible_devices
 from torch_musa.cuda_mapping import load_table, review_items
@@ -613,5 +612,6 @@ def limitations() -> list[dict]:
 
 # ``import torch_musa.cuda_compat`` turns it on, except while torch_musa itself
 # is still importing (it then calls maybe_enable_from_env(), which decides).
-if not getattr(getattr(torch_musa, "__spec__", None), "_initializing", False):
+# (The package is in sys.modules: importing this module imported it first.)
+if not getattr(getattr(sys.modules.get("torch_musa"), "__spec__", None), "_initializing", False):
     enable()

@@ -12,7 +12,6 @@ import json
 import runpy
 import sys
 
-import torch_musa  # noqa: F401
 from torch_musa.ops import coverage
 
 
