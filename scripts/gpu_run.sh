@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The cuda driver, end to end, on a machine with an NVIDIA GPU and a CUDA build
 # of torch (the lent H200 has torch 2.11 + CUDA 13): build torch_musa with the
-# cuda driver, run the whole test suite under TORCH_MUSA_DRIVER=cuda (expected
-# failures: tests/cuda_driver_expected_failures.yaml), then the benchmark
+# cuda driver, run the whole test suite under TORCH_MUSA_DRIVER=cuda (host-driver
+# tests are marked requires_host_driver: strict expected failures), then the benchmark
 # against native cuda. Results go to $RESULTS (default benchmarks/results).
 #
 #   bash scripts/gpu_run.sh            # build + tests + benchmark

@@ -2,12 +2,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
 
 import torch_musa  # noqa: F401
 from torch_musa.config import CONFIG
+from torch_musa.config.profiles import PROFILES
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -22,23 +24,86 @@ def subpython():
     return run_python
 
 
+@pytest.fixture
+def planted():
+    """``planted(op, fn, ns="aten")`` registers ``fn`` as the musa (PrivateUse1) kernel of
+    ``ns::op`` through torch.library (a wrong kernel, for tools that must catch it); undone after."""
+    libs = []
+
+    def plant(op, fn, ns="aten"):
+        lib = torch.library.Library(ns, "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # "overriding a previously registered kernel"
+            lib.impl(op, fn, "PrivateUse1")
+        libs.append(lib)
+    yield plant
+    for lib in libs:
+        lib._destroy()
+
+
 @pytest.fixture(autouse=True)
 def _restore_device():
     yield
     torch.musa.set_device(0)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under the cuda driver, the tests listed in cuda_driver_expected_failures.yaml
-    are expected to fail, each for the reason given there (host-driver behaviour
-    a GPU does not have); everything else must pass. Strict: a listed test that
-    passes fails the run, so the list names exactly what fails."""
-    if CONFIG.driver != "cuda":
-        return
-    from tests import expected_failures
+MARKERS = {
+    "requires_host_driver(reason)": "checks what only the host driver does (its allocator, its "
+    "hardware profiles, CPU kernels bit for bit); under another driver an expected failure, strict",
+    "requires_devices(n)": "needs at least n musa devices; skipped with fewer",
+    "requires_profile(*keys, reason=None)": "needs one of these hardware profiles (s80, s4000, "
+    "s5000); skipped under any other (the cuda driver's is the GPU's)",
+}
 
-    listed = expected_failures.load()
+
+def pytest_configure(config):
+    for spec, meaning in MARKERS.items():
+        config.addinivalue_line("markers", f"{spec}: {meaning}")
+
+
+def requirement_outcome(marks, driver: str, profile: str, devices: int):
+    """What a test's requirement markers make of it in this run: None (it runs),
+    ("skip", reason) when the run lacks the devices or the profile it needs (there is
+    nothing to check), or ("xfail", reason) when it checks host-driver behaviour under
+    another driver: it must still run and fail, strictly, so a mark that no longer
+    holds fails the run instead of hiding a passing test."""
+    skips, fails = [], []
+    for m in marks:
+        if m.name == "requires_devices":
+            (n,) = m.args
+            if not isinstance(n, int) or n < 1:
+                raise pytest.UsageError(f"requires_devices(n) takes a device count >= 1, not {n!r}")
+            if devices < n:
+                skips.append(f"needs {n} musa devices, this run has {devices}")
+        elif m.name == "requires_profile":
+            unknown = [k for k in m.args if k not in PROFILES]
+            if not m.args or unknown:
+                raise pytest.UsageError(f"requires_profile takes hardware profile keys "
+                                        f"({', '.join(PROFILES)}), not {list(m.args)!r}")
+            if profile not in m.args:
+                why = m.kwargs.get("reason")
+                skips.append(f"needs hardware profile {' or '.join(m.args)}, this run has "
+                             f"{profile}" + (f" ({why})" if why else ""))
+        elif m.name == "requires_host_driver":
+            if len(m.args) != 1 or not isinstance(m.args[0], str) or not m.args[0].strip():
+                raise pytest.UsageError("requires_host_driver(reason) needs the reason the test "
+                                        "fails under other drivers")
+            if driver != "host":
+                fails.append(m.args[0])
+    if skips:
+        return "skip", "; ".join(skips)
+    if fails:
+        return "xfail", f"host driver only ({driver} driver here): " + "; ".join(fails)
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Requirement markers (MARKERS) against this run's driver, profile and device count."""
+    devices = torch.musa.device_count()
     for item in items:
-        entry = expected_failures.entry_for(item.nodeid, listed)
-        if entry is not None:
-            item.add_marker(pytest.mark.xfail(reason=listed[entry], strict=True))
+        outcome = requirement_outcome(item.iter_markers(), CONFIG.driver, CONFIG.profile.key, devices)
+        if outcome is None:
+            continue
+        kind, reason = outcome
+        item.add_marker(pytest.mark.skip(reason=reason) if kind == "skip"
+                        else pytest.mark.xfail(reason=reason, strict=True))

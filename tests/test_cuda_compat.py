@@ -12,6 +12,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, "examples", "cuda")
+REBINDS_CUDA = pytest.mark.requires_host_driver("cuda_compat rebinds torch.cuda to musa, which the cuda "
+                                                "driver itself runs on")
 
 
 def python(code, env=None, timeout=180):
@@ -153,6 +155,7 @@ print("API-OK")
 '''
 
 
+@REBINDS_CUDA
 def test_api_translation():
     r = python(API, env={"CUDA_VISIBLE_DEVICES": "1", "MUSA_VISIBLE_DEVICES": None,
                          "TORCH_MUSA_CUDA_COMPAT": None, "TORCH_USE_MUSA_DOUBLE_CAST": "1",
@@ -176,6 +179,7 @@ def _cpu_losses(name):
     return losses(out)
 
 
+@REBINDS_CUDA
 @pytest.mark.parametrize("name", ["train_cnn.py", "train_lm.py"])
 def test_unmodified_example_runs_on_musa(name, tmp_path):
     extra = ["--save", str(tmp_path / "ckpt.pt")] if name == "train_cnn.py" else []
@@ -195,13 +199,7 @@ def test_unmodified_example_runs_on_musa(name, tmp_path):
     assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
 
 
-def _hook_wired():
-    with open(os.path.join(REPO, "torch_musa", "__init__.py")) as f:
-        return "maybe_enable_from_env" in f.read()
-
-
-@pytest.mark.skipif(not _hook_wired(), reason="torch_musa/__init__.py does not call "
-                    "cuda_compat.maybe_enable_from_env() yet (owned by the runtime session)")
+@REBINDS_CUDA
 def test_env_switch_with_autoload():
     code = ('import torch\nx = torch.ones(2, device="cuda")\n'
             'print(torch.cuda.is_available(), x.device)\n')
@@ -302,6 +300,8 @@ print("SPELLINGS-OK")
 '''
 
 
+@REBINDS_CUDA
+@pytest.mark.requires_devices(2)  # cuda:1
 def test_every_torch_cuda_device_argument_takes_cuda_spellings():
     r = python(DEVICE_SPELLINGS, env={"TORCH_MUSA_CUDA_COMPAT": "1"})
     assert r.returncode == 0 and "SPELLINGS-OK" in r.stdout, r.stderr[-3000:]

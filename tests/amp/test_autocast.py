@@ -239,6 +239,8 @@ def test_bfloat16_on_s4000():
         assert torch.softmax(a.bfloat16(), -1).dtype == torch.float32
 
 
+@pytest.mark.requires_host_driver(
+    "selects the s80 profile, which only the host driver models; the GPU has bfloat16")
 def test_bfloat16_is_refused_on_s80(subpython):
     r = subpython(
         """

@@ -16,6 +16,9 @@ torch_musa.attention.register()
 
 DEV = "musa"
 TOL = {torch.float16: dict(rtol=2e-2, atol=2e-2), torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}
+OWN_KERNELS = pytest.mark.requires_host_driver(
+    "musa's own SDPA kernels and their per-arch limits; under the cuda driver SDPA takes the GPU's "
+    "kernels (tests/core/test_cuda_driver.py)")
 
 
 @pytest.fixture
@@ -52,10 +55,20 @@ def _cases():
         cases.append(dict(B=rnd.choice([1, 2]), Hq=Hq, Hk=Hk, L=L, S=S, D=rnd.choice([8, 16, 40, 64]),
                           mask=mask, causal=causal, gqa=gqa,
                           scale=rnd.choice([None, 0.3]), dtype=rnd.choice([torch.float16, torch.bfloat16])))
-    return cases
+    return [_case_param(c) for c in cases]
 
 
-@pytest.mark.parametrize("case", _cases(), ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def _case_param(c):
+    marks = []
+    if c["mask"]:
+        marks.append(pytest.mark.requires_host_driver("CUDA's flash kernel takes no attention mask; musa's does"))
+    if c["gqa"]:
+        marks.append(pytest.mark.requires_host_driver("CUDA's flash kernel takes no grouped-query attention; "
+                                                      "musa's does"))
+    return pytest.param(c, id="-".join(f"{k}{v}" for k, v in c.items()), marks=marks)
+
+
+@pytest.mark.parametrize("case", _cases())
 def test_flash_matches_math(case, small_tiles):
     c = case
     q, k, v = _qkv(c["B"], c["Hq"], c["Hk"], c["L"], c["S"], c["D"], c["dtype"])
@@ -77,6 +90,7 @@ def test_flash_matches_math(case, small_tiles):
         torch.testing.assert_close(a, b, **TOL[c["dtype"]])
 
 
+@OWN_KERNELS
 def test_math_matches_cpu_for_every_feature():
     """float32 math on musa vs the CPU device: masks, causal, scale, GQA, forward and backward."""
     g = torch.Generator().manual_seed(0)
@@ -97,8 +111,9 @@ def test_math_matches_cpu_for_every_feature():
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("backend,dtype", [(SDPBackend.MATH, torch.float32),
-                                           (SDPBackend.FLASH_ATTENTION, torch.float16)], ids=["math", "flash"])
+@pytest.mark.parametrize("backend,dtype", [
+    pytest.param(SDPBackend.MATH, torch.float32, id="math"),
+    pytest.param(SDPBackend.FLASH_ATTENTION, torch.float16, id="flash", marks=OWN_KERNELS)])
 def test_dropout_through_sdpa_is_seeded(backend, dtype):
     """The same seed draws the same dropout, forward and backward; without dropout the output differs."""
     q, k, v = _qkv(1, 2, 2, 20, 20, 16, dtype)
@@ -137,6 +152,7 @@ def test_flash_dropout_forward_and_backward_match_the_masked_reference(small_til
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@OWN_KERNELS
 def test_fully_masked_rows_give_zeros_like_math(small_tiles):
     q, k, v = _qkv(1, 1, 1, 8, 40, 16, torch.float16)
     m = torch.ones(8, 40, dtype=torch.bool)
@@ -152,6 +168,7 @@ def test_fully_masked_rows_give_zeros_like_math(small_tiles):
         torch.testing.assert_close(a, b, **TOL[torch.float16])
 
 
+@OWN_KERNELS
 def test_default_choice():
     q, k, v = _qkv(1, 2, 2, 8, 8, 16, torch.float16)
     o = F.scaled_dot_product_attention(q, k, v)
@@ -184,6 +201,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("msg,make,kw", BAD, ids=[b[0] for b in BAD])
+@OWN_KERNELS
 def test_forced_flash_names_the_failed_constraint(msg, make, kw):
     q, k, v = make()
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.raises(RuntimeError, match=msg):
@@ -200,12 +218,14 @@ def test_unsupported_cases_fall_back_to_math(msg, make, kw):
     torch.testing.assert_close(o, o2)
 
 
+@OWN_KERNELS
 def test_no_enabled_backend_is_an_error():
     q, k, v = _qkv(1, 2, 2, 8, 8, 16, torch.float16)
     with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION), pytest.raises(RuntimeError, match="No available kernel"):
         F.scaled_dot_product_attention(q, k, v)
 
 
+@OWN_KERNELS
 def test_mask_with_causal_is_rejected():
     q, k, v = _qkv(1, 2, 2, 8, 8, 16, torch.float16)
     m = torch.ones(8, 8, dtype=torch.bool, device=DEV)
@@ -213,6 +233,7 @@ def test_mask_with_causal_is_rejected():
         F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=True)
 
 
+@OWN_KERNELS
 def test_head_dim_160_on_arch_3(subpython):
     code = """
         import torch, torch_musa, torch_musa.attention
@@ -260,6 +281,7 @@ def test_transformer_layer_runs_on_flash():
     torch.testing.assert_close(out.float().cpu(), ref, rtol=2e-2, atol=2e-2)
 
 
+@OWN_KERNELS
 def test_flash_peak_memory_is_linear():
     """Peak device memory: flash grows ~linearly with L, math ~quadratically."""
     peaks = {}

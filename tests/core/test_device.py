@@ -2,15 +2,20 @@
 import pytest
 import torch
 
+from torch_musa.config import CONFIG
+from torch_musa.config.profiles import PROFILES
 
-def test_two_devices_by_default():
+
+def test_musa_is_the_accelerator_with_the_configured_devices():
+    """The host driver's profiles (less what MUSA_VISIBLE_DEVICES hides), or the GPUs."""
     assert torch.musa.is_available()
-    assert torch.musa.device_count() == 2
-    assert torch.accelerator.device_count() == 2
+    assert torch.musa.device_count() == CONFIG.device_count >= 1
+    assert torch.accelerator.device_count() == CONFIG.device_count
     assert torch.accelerator.current_accelerator() == torch.device("musa")
     assert torch.get_device_module("musa") is torch.musa
 
 
+@pytest.mark.requires_devices(2)
 def test_tensors_land_on_the_named_device():
     a = torch.ones(3, device="musa:1")
     assert a.device == torch.device("musa", 1) and a.is_musa
@@ -19,6 +24,7 @@ def test_tensors_land_on_the_named_device():
     assert torch.nn.Linear(2, 2).musa(1).weight.device.index == 1
 
 
+@pytest.mark.requires_devices(2)
 def test_current_device_is_thread_local_and_guarded():
     import threading
 
@@ -37,6 +43,10 @@ def test_current_device_is_thread_local_and_guarded():
         assert torch.musa.current_device() == 0
 
 
+def test_the_modeled_cards_come_two_to_a_machine():
+    assert {p.num_devices for p in PROFILES.values()} == {2}
+
+
 def test_invalid_index_names_the_range():
     n = torch.musa.device_count()  # 2 on the host driver's default profile
     with pytest.raises(IndexError, match=rf"musa:7.*{n} musa device\(s\).*0\.\.{n - 1}"):
@@ -46,6 +56,7 @@ def test_invalid_index_names_the_range():
     assert torch.ones(1, device="musa").item() == 1.0  # still usable
 
 
+@pytest.mark.requires_devices(2)
 def test_cross_device_ops_raise_the_same_device_error():
     a = torch.ones(3, device="musa:0")
     with pytest.raises(RuntimeError, match="same device.*musa:0 and musa:1"):
@@ -60,6 +71,7 @@ def test_cross_device_ops_raise_the_same_device_error():
     assert a[torch.tensor([0, 2])].device == a.device
 
 
+@pytest.mark.requires_profile("s4000", reason="the MTT S4000's properties")
 def test_properties_of_the_default_profile():
     p = torch.musa.get_device_properties(0)
     assert p.name == "MTT S4000" and (p.major, p.minor) == (2, 2)
@@ -111,6 +123,9 @@ def test_properties_carry_every_cuda_field():
     ("S4000", "MTT S4000", (2, 2), 48 << 30, True),
     ("mtt_s5000", "MTT S5000", (3, 1), 80 << 30, True),
 ])
+@pytest.mark.requires_host_driver(
+    "hardware profiles (TORCH_MUSA_PROFILE) model MTT cards on the host driver; under the cuda driver"
+    " the profile is the GPU's")
 def test_profiles_are_selected_by_environment(subpython, profile, name, cap, mem, bf16):
     r = subpython("""
         import torch, torch_musa
@@ -121,11 +136,14 @@ def test_profiles_are_selected_by_environment(subpython, profile, name, cap, mem
     assert r.stdout.strip() == f"{name} {cap} {mem} {bf16}"
 
 
+@pytest.mark.requires_host_driver("TORCH_MUSA_PROFILE is not read under the cuda driver")
 def test_unknown_profile_is_a_clear_error(subpython):
     r = subpython("import torch_musa", {"TORCH_MUSA_PROFILE": "rtx4090"})
     assert r.returncode != 0 and "not a known hardware profile" in r.stderr and "s80" in r.stderr
 
 
+@pytest.mark.requires_host_driver(
+    "selects the s80 profile, which only the host driver models; the GPU lacks no dtype")
 def test_dtype_the_profile_lacks_raises_naming_the_profile(subpython):
     r = subpython("""
         import torch, torch_musa
@@ -142,6 +160,7 @@ def test_dtype_the_profile_lacks_raises_naming_the_profile(subpython):
     assert "6.0" in r.stdout and "torch.bfloat16" in r.stdout
 
 
+@pytest.mark.requires_profile("s4000", reason="the MTT S4000 has no float64")
 def test_float64_compute_is_rejected_on_s4000_but_prints():
     x = torch.ones(3, dtype=torch.float64, device="musa")
     with pytest.raises(RuntimeError, match="dtype Double.*MTT S4000.*TORCH_MUSA_PROFILE=s5000"):
@@ -150,7 +169,14 @@ def test_float64_compute_is_rejected_on_s4000_but_prints():
     assert x.cpu().sum().item() == 3.0
 
 
-@pytest.mark.parametrize("spec,count", [("1", 1), ("1,0", 2), ("0,5,1", 1), ("", 0), ("-1", 0)])
+_TWO = pytest.mark.requires_devices(2)
+_NONE = pytest.mark.requires_host_driver("no device visible: the host driver runs with none, the cuda "
+                                         "driver cannot start without a GPU")
+
+
+@pytest.mark.parametrize("spec,count", [pytest.param("1", 1, marks=_TWO), pytest.param("1,0", 2, marks=_TWO),
+                                        ("0,5,1", 1), pytest.param("", 0, marks=_NONE),
+                                        pytest.param("-1", 0, marks=_NONE)])
 def test_visible_devices(subpython, spec, count):
     r = subpython("""
         import torch, torch_musa

@@ -31,6 +31,7 @@ def test_allocated_and_reserved_follow_tensors():
     assert torch.musa.memory_reserved() >= 4 * MiB  # cached, not returned
 
 
+@pytest.mark.requires_devices(2)
 def test_host_kernel_outputs_are_counted_on_their_device():
     a = torch.ones(MiB, device="musa:1")
     before0, before1 = torch.musa.memory_allocated(0), torch.musa.memory_allocated(1)
@@ -91,6 +92,9 @@ def test_peak_and_reset():
     assert torch.musa.memory_stats()["allocation.all.allocated"] == 0
 
 
+@pytest.mark.requires_host_driver(
+    "checks the host allocator's message (profile, capacity); the cuda driver's names musa and the "
+    "CUDA allocator's figures")
 def test_out_of_memory_names_sizes_and_device_recovers():
     torch.musa.set_per_process_memory_fraction(64 * MiB / torch.musa.get_device_properties(0).total_memory, 0)
     keep = torch.empty(40 * MiB, dtype=torch.uint8, device="musa:0")
@@ -108,6 +112,7 @@ def test_out_of_memory_names_sizes_and_device_recovers():
     assert torch.empty(40 * MiB, dtype=torch.uint8, device="musa:1").numel() == 40 * MiB  # other device unaffected
 
 
+@pytest.mark.requires_host_driver("OOM inside a CPU host kernel")
 def test_oom_inside_a_host_kernel_is_the_same_error():
     torch.musa.set_per_process_memory_fraction(16 * MiB / torch.musa.get_device_properties(0).total_memory, 0)
     x = torch.ones(3 * MiB, device="musa:0")  # 12 MiB
@@ -116,6 +121,7 @@ def test_oom_inside_a_host_kernel_is_the_same_error():
     del x
 
 
+@pytest.mark.requires_host_driver("device memory is not host memory on a GPU")
 def test_capacity_beyond_host_memory_is_refused_before_the_host_runs_out(subpython):
     r = subpython("""
         import torch, torch_musa
@@ -144,6 +150,8 @@ def test_no_growth_over_ten_thousand_cycles():
     assert torch.musa.memory_reserved() == reserved
 
 
+@pytest.mark.requires_host_driver(
+    "the snapshot lists the host allocator's segments; the CUDA caching allocator keeps its own")
 def test_snapshot_mem_get_info_and_summary():
     x = torch.empty(2 * MiB, dtype=torch.uint8, device="musa")
     snap = torch.musa.memory_snapshot()
@@ -155,6 +163,9 @@ def test_snapshot_mem_get_info_and_summary():
     assert "Allocated memory" in text and "device ID 0" in text
 
 
+@pytest.mark.requires_host_driver(
+    "checks the host allocator's options; under the cuda driver PYTORCH_MUSA_ALLOC_CONF goes to the "
+    "CUDA allocator, whose options (expandable_segments among them) are valid there")
 def test_alloc_conf_is_read_and_checked(subpython):
     r = subpython("""
         import torch, torch_musa

@@ -10,6 +10,7 @@ def cycles(ms: float) -> int:
     return int(ms * 1e-3 * torch.musa.get_device_properties(0).clock_rate * 1e3)
 
 
+@pytest.mark.requires_devices(2)
 def test_default_and_current_streams():
     s = torch.musa.current_stream()
     assert s == torch.musa.default_stream() and s.stream_id == 0
@@ -103,6 +104,7 @@ def test_work_on_a_side_stream_gives_the_right_values():
     assert y.item() == 999000.0
 
 
+@pytest.mark.requires_devices(2)
 def test_non_blocking_copies_round_trip():
     src = torch.randn(1 << 16).pin_memory()
     dev = src.to("musa", non_blocking=True)

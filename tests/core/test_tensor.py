@@ -44,6 +44,7 @@ def test_data_dependent_shapes():
     assert u.device.type == "musa" and u.cpu().tolist() == [0, 3, 5] and counts.cpu().tolist() == [2, 2, 1]
 
 
+@pytest.mark.requires_devices(2)
 def test_print_tolist_item():
     x = torch.tensor([[1.5, 2.0]], device="musa")
     assert repr(x) == "tensor([[1.5000, 2.0000]], device='musa:0')"
@@ -54,6 +55,7 @@ def test_print_tolist_item():
 
 
 @pytest.mark.parametrize("where", ["musa:0", "musa:1"])
+@pytest.mark.requires_devices(2)
 def test_save_load_round_trips(where):
     a = torch.randn(5, device=where)
     model = torch.nn.Linear(3, 2).to(where)

@@ -1,23 +1,10 @@
-import os
-import sys
-
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+import torch
 
 
 @pytest.fixture(scope="session")
 def musa():
-    """Import torch_musa (registers the musa device); skip when it cannot be loaded."""
-    try:
-        import torch_musa  # noqa: F401
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"torch_musa not importable: {e}")
-    import torch
-    if not torch.musa.is_available():
-        pytest.skip("no musa device")
+    """The musa device (tests/conftest.py imports torch_musa, which registers it)."""
     return torch.device("musa")
 
 
@@ -32,7 +19,6 @@ def fast():
 @pytest.fixture(autouse=True)
 def _keep_threads():
     """The CLI's --num-threads changes a process-wide setting: put it back."""
-    import torch
     n = torch.get_num_threads()
     yield
     torch.set_num_threads(n)

@@ -1,28 +1,9 @@
 """The correctness gate: a planted wrong musa kernel shows as wrong, never as a timing."""
-import warnings
-
-import pytest
 import torch
 
 from torch_musa.op_benchmark.config import expand, parse_suite
 from torch_musa.op_benchmark.runner import compare, run_test
 from torch_musa.op_benchmark.report import results_table
-
-
-@pytest.fixture
-def planted(musa):
-    """Register musa (PrivateUse1) kernels for aten ops through torch.library; undo afterwards."""
-    libs = []
-
-    def plant(op, fn):
-        lib = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")     # "overriding a previously registered kernel"
-            lib.impl(op, fn, "PrivateUse1")
-        libs.append(lib)
-    yield plant
-    for lib in libs:
-        lib._destroy()
 
 
 def _off_by_a_bit(t):

@@ -21,6 +21,7 @@ def test_legacy_op_is_served_natively_and_matches_cpu():
     assert "aten::add_.Tensor" not in musa_ops.fallback_stats()
 
 
+@pytest.mark.requires_host_driver("bit-identity with the CPU's atan2, whose kernel the host driver runs")
 def test_legacy_meta_group_matches_cpu_and_checks_shapes():
     a, b = torch.randn(4, 5), torch.randn(5)
     assert torch.equal(torch.atan2(a.musa(), b.musa()).cpu(), torch.atan2(a, b))
@@ -34,6 +35,7 @@ def test_legacy_meta_group_matches_cpu_and_checks_shapes():
         b.musa().atan2_(a.musa())  # in-place result cannot broadcast to self's shape
 
 
+@pytest.mark.requires_host_driver("asserts the CPU kernels run")
 def test_native_layer_and_group_norm_are_the_host_kernels():
     x = torch.randn(4, 32, 8, 8)
     w, b = torch.randn(32), torch.randn(32)
@@ -44,6 +46,7 @@ def test_native_layer_and_group_norm_are_the_host_kernels():
                                torch.nn.functional.layer_norm(y, [64]), rtol=0, atol=0)
 
 
+@pytest.mark.requires_devices(2)
 def test_device_guard_makes_the_ops_device_current():
     seen = []
     from torch_musa.ops import custom
@@ -99,6 +102,7 @@ def test_fused_bias_gelu_custom_op():
     torch.testing.assert_close(xm.grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.requires_profile("s80", "s4000", reason="expects float64 missing from the profile's dtypes")
 def test_fallback_warns_once_per_op_and_counts():
     musa_ops.reset_fallback_stats()
     x = torch.randn(5, device="musa")
@@ -129,6 +133,7 @@ def test_fallback_error_mode(subpython):
     assert "4.0" in r.stdout and "ERR aten::i0" in r.stdout and "TORCH_MUSA_FALLBACK=error" in r.stdout
 
 
+@pytest.mark.requires_profile("s4000", reason="expects the S4000 profile name in the report")
 def test_coverage_cli_json(subpython):
     r = subpython("import sys; from torch_musa.ops.__main__ import main; sys.exit(main(['--json', '-']))")
     assert r.returncode == 0, r.stderr
@@ -138,6 +143,7 @@ def test_coverage_cli_json(subpython):
     assert data["profile"] == "MTT S4000" and len(data["native"]) > 250
 
 
+@pytest.mark.requires_profile("s80", "s4000", reason="double casting is for cards without float64")
 def test_double_cast_computes_in_float32_and_keeps_float64():
     x = torch.randn(6, 6, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="TORCH_USE_MUSA_DOUBLE_CAST"):

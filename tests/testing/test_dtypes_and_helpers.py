@@ -11,6 +11,7 @@ import torch
 
 from torch_musa import testing
 from torch_musa.config import CONFIG
+from torch_musa.ops import registry
 from torch_musa.testing import OpTest, UnsupportedDtypeError
 
 PROFILE = CONFIG.profile
@@ -51,6 +52,7 @@ print(json.dumps(res))
 """
 
 
+@pytest.mark.requires_host_driver("the MTT cards' profile dtype tables, which only the host driver models")
 def test_other_profiles():
     """s80 (arch 21: no bf16, no fp64) and s5000 (arch 31: both), in fresh interpreters
     started together (the profile is read at import)."""
@@ -75,7 +77,7 @@ def test_other_profiles():
             assert "float64" in res["f64"] and "TORCH_MUSA_PROFILE=s5000" in res["f64"]
 
 
-@pytest.mark.skipif(PROFILE.supports_fp64, reason="the profile has float64")
+@pytest.mark.requires_profile("s80", "s4000", reason="a profile without float64")
 def test_explicit_float64_is_a_clear_error():
     x = torch.randn(3)
     with pytest.raises(UnsupportedDtypeError, match=r"float64.*MTT S4000|float64.*profile"):
@@ -172,11 +174,8 @@ def test_compile_counter_on_musa():
     assert cnt.frame_count == 0 and cnt.op_count == 0
 
 
-@pytest.mark.skipif(PROFILE.supports_fp64, reason="the profile has float64")
+@pytest.mark.requires_profile("s80", "s4000", reason="double casting is for cards without float64")
 def test_float64_under_double_cast_uses_float32_tolerance():
-    registry = pytest.importorskip("torch_musa.ops.registry")
-    if not hasattr(registry, "set_double_cast"):
-        pytest.skip("no double casting in this build")
     x, w = torch.randn(8, 32), torch.randn(32, 4)
     registry.set_double_cast(True)
     try:

@@ -32,6 +32,9 @@ def test_every_expected_failure_has_a_reason():
             assert isinstance(reason, str) and len(reason) > 10, (op, dtype)
 
 
+@pytest.mark.requires_host_driver(
+    "its expected-failures file is the S4000 host driver's; GPU kernels fail other pairs (cuDNN has "
+    "no int64 convolution)")
 def test_sampled_sweep_passes_or_fails_as_expected(results):
     unexpected = [r for r in results
                   if (r.forward == "fail" or r.backward == "fail") and r.dtype not in EXPECTED.get(r.op, {})]

@@ -1,7 +1,6 @@
 """CompareWithCPU: planted wrong musa kernels are found, with their module path; the rest pass."""
 import json
 import os
-import warnings
 
 import pytest
 import torch
@@ -11,22 +10,6 @@ from torch_musa.utils.compare_tool import (CompareError, CompareWithCPU, compare
                                            compare_tensor, open_module_tracker)
 
 DEV = "musa"
-
-
-@pytest.fixture
-def planted():
-    """Register wrong musa (PrivateUse1) kernels for aten ops via torch.library; undone after."""
-    libs = []
-
-    def plant(op, fn, ns="aten"):
-        lib = torch.library.Library(ns, "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")     # "overriding a previously registered kernel"
-            lib.impl(op, fn, "PrivateUse1")
-        libs.append(lib)
-    yield plant
-    for lib in libs:
-        lib._destroy()
 
 
 def bad_exp(x):
