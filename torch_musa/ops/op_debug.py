@@ -95,8 +95,7 @@ def enable(level: int, **kwargs) -> OpDebugLogger:
     _active = OpDebugLogger(level, **kwargs)
     _C._set_op_debug_callback(_active)
     if not _disable_at_exit:
-        # The runtime's reference must go while Python still runs: a C++ static
-        # released after finalisation aborts the process.
+        # The log files close while Python still runs (their last lines flushed).
         atexit.register(disable)
         _disable_at_exit = True
     return _active

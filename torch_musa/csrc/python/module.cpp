@@ -46,7 +46,9 @@ void sleep_cycles(int64_t cycles) {
                         int64_t(double(cycles) / config().clock_hz * 1e9));
 }
 
-py::object g_debug_callback;
+// Never destroyed: a static py::object would drop its reference after Python
+// has finalised (the process then aborts at exit).
+py::object& g_debug_callback = *new py::object();
 
 py::object to_python(const c10::IValue& v) {
   if (v.isTensor()) return py::reinterpret_steal<py::object>(THPVariable_Wrap(v.toTensor()));
