@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from torch_musa.amp import autocast_kernels
+from torch_musa.amp import autocast_kernels, grad_scaler
 from torch_musa.amp.autocast_kernels import registered_ops
 from torch_musa.amp.grad_scaler import GradScaler
 
@@ -69,7 +69,10 @@ def get_amp_supported_dtype():
 
 
 def is_autocast_available() -> bool:
-    return True
+    """Whether ``torch.autocast("musa")`` casts: torch supports autocast on the device
+    and :func:`register` has installed musa's per-op kernels (until then, ops inside
+    the region run uncast)."""
+    return torch.amp.is_autocast_available("musa") and bool(registered_ops())
 
 
 def register() -> None:
@@ -78,8 +81,6 @@ def register() -> None:
     Idempotent; called from ``torch_musa/__init__.py``.
     """
     autocast_kernels.install()
-    from torch_musa.amp import grad_scaler
-
     grad_scaler.install()
     module = sys.modules[__name__]
     device_module = getattr(torch, "musa", None)

@@ -1,6 +1,7 @@
 """``torch.musa``: the device module, a mirror of ``torch.cuda``."""
 import torch as _torch
 
+from torch_musa import _C
 from torch_musa.config import CONFIG as _CONFIG
 from torch_musa.core import _lazy, comm
 from torch_musa.core._lazy import (
@@ -48,6 +49,7 @@ from torch_musa.core.memory import (
     set_per_process_memory_fraction,
 )
 from torch_musa.core.random import (
+    default_generators as _default_generators,
     get_rng_state,
     get_rng_state_all,
     initial_seed,
@@ -76,7 +78,10 @@ del _make_types
 
 
 def is_current_stream_capturing() -> bool:
-    """Graph capture does not exist on the host driver."""
+    """Whether the current stream is capturing a graph. Under the cuda driver musa's
+    streams are CUDA's, so CUDA answers; the host driver has no graph capture."""
+    if _CONFIG.driver == "cuda":
+        return _torch.cuda.is_current_stream_capturing()
     return False
 
 
@@ -85,14 +90,14 @@ def get_amp_supported_dtype():
 
 
 def _is_compiled() -> bool:
-    return True
+    """Whether the C++ runtime (torch_musa._C) is loaded and serving the configured driver,
+    as ``torch.cuda._is_compiled()`` says whether torch was built with CUDA."""
+    return _C._driver_name() == _CONFIG.driver
 
 
 def __getattr__(name: str):
-    if name == "default_generators":
-        from torch_musa.core.random import default_generators
-
-        return default_generators()
+    if name == "default_generators":  # a tuple built on each read, as devices may be narrowed
+        return _default_generators()
     # `_initialized` reads live, as torch.cuda's module global does
     # (torch.utils.checkpoint saves the device RNG only when it is true).
     if name == "_initialized":
