@@ -5,6 +5,7 @@ import torch.nn.functional as F
 
 import torch_musa.amp
 import torch_musa.attention
+from torch_musa.amp import autocast_kernels
 
 torch_musa.amp.register()
 torch_musa.attention.register()
@@ -147,8 +148,6 @@ def test_autocast_as_decorator():
 
 
 def test_backward_gives_float32_grads_and_cast_cache():
-    from torch_musa.amp import autocast_kernels
-
     lin = torch.nn.Linear(8, 8).to(DEV)
     x = _t(4, 8)
     with torch.autocast(DEV):
@@ -167,8 +166,6 @@ def test_backward_gives_float32_grads_and_cast_cache():
 
 
 def test_cache_disabled_and_in_place_update_keeps_the_first_cast():
-    from torch_musa.amp import autocast_kernels
-
     w = _t(4, 4, requires_grad=True)
     x = _t(4, 4)
     with torch.autocast(DEV, cache_enabled=False):
@@ -237,6 +234,13 @@ def test_bfloat16_on_s4000():
     with torch.musa.amp.autocast(dtype=torch.bfloat16):
         assert torch.mm(a, a).dtype == torch.bfloat16
         assert torch.softmax(a.bfloat16(), -1).dtype == torch.float32
+
+
+def test_autocast_is_available_once_its_kernels_are_installed(monkeypatch):
+    assert torch.musa.amp.is_autocast_available() and torch.amp.is_autocast_available("musa")
+    assert torch_musa.amp.registered_ops()["mm.default"] == "lower_precision"
+    monkeypatch.setattr(autocast_kernels, "_registered_ops", {})   # as before register()
+    assert not torch.musa.amp.is_autocast_available()
 
 
 @pytest.mark.requires_host_driver(

@@ -127,6 +127,24 @@ def test_musa_streams_are_cuda_streams():
 
 
 @on_cuda
+def test_capture_and_peer_access_are_cudas():
+    """musa's streams are CUDA's: a CUDA graph capture is musa's current stream capturing."""
+    assert torch.musa.is_current_stream_capturing() is False
+    g = torch.cuda.CUDAGraph()
+    x = torch.ones(4, device="musa")
+    torch.musa.synchronize()
+    with torch.cuda.graph(g):
+        capturing = torch.musa.is_current_stream_capturing()
+        x.mul_(2)
+    assert capturing is True and torch.musa.is_current_stream_capturing() is False
+    g.replay()
+    assert torch.equal(x.cpu(), torch.full((4,), 2.0))
+    n = torch.musa.device_count()
+    assert [torch.musa.can_device_access_peer(a, b) for a in range(n) for b in range(n)] == \
+        [torch.cuda.can_device_access_peer(a, b) for a in range(n) for b in range(n)]
+
+
+@on_cuda
 def test_sleep_and_events_measure_device_time():
     start, end = torch.musa.Event(enable_timing=True), torch.musa.Event(enable_timing=True)
     start.record()

@@ -1,7 +1,10 @@
 """Devices: count, selection, guards, properties, bad indices, cross-device use."""
+import dataclasses
+
 import pytest
 import torch
 
+import torch_musa
 from torch_musa.config import CONFIG
 from torch_musa.config.profiles import PROFILES
 
@@ -41,6 +44,26 @@ def test_current_device_is_thread_local_and_guarded():
     x = torch.ones(1, device="musa:0")
     with torch.musa.device_of(x):
         assert torch.musa.current_device() == 0
+
+
+@pytest.mark.requires_devices(2)
+def test_peer_access():
+    """Distinct devices are peers on the host driver (all in host RAM); under the cuda driver
+    CUDA answers. No device is its own peer (CUDA answers so too); a bad index names the range."""
+    want = torch.cuda.can_device_access_peer(0, 1) if CONFIG.driver == "cuda" else True
+    assert torch.musa.can_device_access_peer(0, 1) is want
+    assert torch.musa.can_device_access_peer("musa:1", torch.device("musa", 0)) is want
+    assert torch.musa.can_device_access_peer(1, 1) is False
+    n = torch.musa.device_count()
+    with pytest.raises(IndexError, match=f"musa:{n}: this process sees {n} musa device"):
+        torch.musa.can_device_access_peer(0, n)
+
+
+def test_is_compiled_means_the_runtime_serves_the_configured_driver(monkeypatch):
+    assert torch.musa._is_compiled() and torch_musa._C._driver_name() == CONFIG.driver
+    other = "host" if CONFIG.driver == "cuda" else "cuda"
+    monkeypatch.setattr(torch_musa.core, "_CONFIG", dataclasses.replace(CONFIG, driver=other))
+    assert not torch.musa._is_compiled()
 
 
 def test_the_modeled_cards_come_two_to_a_machine():
@@ -83,7 +106,6 @@ def test_properties_of_the_default_profile():
     assert torch.musa.get_device_name("musa:1") == "MTT S4000"
     assert torch.musa.is_bf16_supported()
     assert "mp_22" in torch.musa.get_arch_list()
-    assert torch.musa.can_device_access_peer(0, 1) and not torch.musa.can_device_access_peer(0, 0)
 
 
 # Every field of CUDA's device properties (torch/csrc/cuda/Module.cpp): PyTorch reads

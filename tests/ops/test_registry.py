@@ -5,6 +5,7 @@ import warnings
 import pytest
 import torch
 
+import torch_musa
 import torch_musa.ops as musa_ops
 from torch_musa.ops import op_debug, registry
 
@@ -115,9 +116,22 @@ def test_fallback_warns_once_per_op_and_counts():
     stats = musa_ops.fallback_stats()
     assert stats["aten::i0"] == 2
     cov = musa_ops.coverage()
-    assert "aten::add.Tensor" in cov["native"] and "float32" in cov["native"]["aten::add.Tensor"]
-    assert "float64" not in cov["native"]["aten::add.Tensor"]  # MTT S4000 lacks it
+    assert "aten::add.Tensor" in cov["native"] and "aten::i0" not in cov["native"]
+    assert "float64" in cov["profile_refuses"]
     assert cov["fallback"]["aten::i0"] == 2
+
+
+def test_coverage_says_what_the_profile_refuses_and_for_which_ops():
+    cov = musa_ops.coverage()
+    assert cov["profile"] == torch.musa.get_device_name() and cov["driver"] == torch_musa._C._driver_name()
+    assert "aten::copy_" in cov["dtype_agnostic"] and "aten::add" not in cov["dtype_agnostic"]
+    for name in cov["profile_refuses"]:
+        x = torch.ones(2, dtype=getattr(torch, name), device="musa")   # a factory: any dtype
+        with pytest.raises(RuntimeError, match="not supported by the musa hardware profile"):
+            x + x
+        assert torch.equal((x == x).cpu(), torch.ones(2, dtype=torch.bool))   # aten::eq is agnostic
+    for name in ("float32", "float16", "int64", "bool"):
+        assert name not in cov["profile_refuses"]
 
 
 def test_fallback_error_mode(subpython):

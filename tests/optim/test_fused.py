@@ -2,7 +2,6 @@
 import pytest
 import torch
 
-import torch_musa.optim
 from torch_musa.optim import FusedAdam, FusedAdamW
 
 DEV = "musa"
@@ -102,7 +101,3 @@ def test_fused_rejects_differentiable_and_integer_params():
         FusedAdam(_params(DEV), differentiable=True)
     with pytest.raises(RuntimeError):
         FusedAdamW([torch.zeros(3, dtype=torch.int64, device=DEV)])
-
-
-def test_register_is_a_no_op():
-    torch_musa.optim.register()

@@ -207,7 +207,13 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:
-    """Peers on one host driver share host RAM, so any two distinct devices can."""
+    """Whether ``device`` can access ``peer_device``'s memory directly. The host driver's
+    devices all live in host RAM, so any two distinct ones can; under the cuda driver
+    CUDA answers. A device is never its own peer (CUDA answers False there too)."""
     a = _get_device_index(device, optional=True)
     b = _get_device_index(peer_device, optional=True)
+    for index in (a, b):
+        _C._check_device(index)  # IndexError naming the valid range
+    if CONFIG.driver == "cuda":
+        return torch.cuda.can_device_access_peer(a, b)
     return a != b

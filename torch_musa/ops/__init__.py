@@ -1,15 +1,15 @@
 """The operator layer: which ops musa serves natively, which fall back, and how.
 
 ``fallback_stats()`` says which ops reached the CPU fallback and how often;
-``coverage()`` lists the registry's native ops (with the dtypes the hardware
-profile lets them compute) next to the ops that fell back.
+``coverage()`` lists the registry's native ops, the dtypes the hardware profile
+refuses, and the ops that fell back.
 """
 from __future__ import annotations
 
-import torch
-
 from torch_musa import _C
 from torch_musa.config import CONFIG
+from torch_musa.ops import _generated
+from torch_musa.ops.dtype_policy import DTYPE_AGNOSTIC_OPS
 
 
 def fallback_stats() -> dict[str, int]:
@@ -21,17 +21,19 @@ def reset_fallback_stats() -> None:
     _C._reset_fallback_counts()
 
 
-_FLOAT_AND_INT = [torch.float32, torch.float16, torch.bfloat16, torch.float64,
-                  torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]
-
-
 def coverage() -> dict:
-    """{'native': {op: [dtypes]}, 'fallback': {op: calls}, 'profile': name}."""
-    from torch_musa.ops import _generated
+    """What is known about the musa operators in this configuration.
 
-    lacking = set(CONFIG.profile.unsupported_dtypes())
-    dtypes = [str(d).replace("torch.", "") for d in _FLOAT_AND_INT if d not in lacking]
-    native = {f"aten::{name}": dtypes for name in _generated.NATIVE_ATEN}
-    for namespace, schema, _, _ in _generated.CUSTOMIZED:
-        native[f"{namespace}::{schema.split('(')[0]}"] = dtypes
-    return {"profile": CONFIG.profile.name, "native": native, "fallback": fallback_stats()}
+    ``native``: the registry's ops (musa_functions.yaml), each run by its kernel on the
+    driver's kernel device (the CPU's on the host driver, CUDA's under the cuda driver),
+    so in the dtypes that kernel has: the registry lists none. ``profile_refuses``: the
+    dtypes the hardware profile refuses to compute in, for every op, native or fallback,
+    except the ``dtype_agnostic`` ones, which move or select data in any dtype (float64
+    computes in float32 instead while double casting is on). ``fallback``: calls per op
+    that took the CPU fallback.
+    """
+    native = [f"aten::{name}" for name in _generated.NATIVE_ATEN]
+    native += [f"{namespace}::{schema.split('(')[0]}" for namespace, schema, _, _ in _generated.CUSTOMIZED]
+    return {"profile": CONFIG.profile.name, "driver": CONFIG.driver, "native": sorted(native),
+            "profile_refuses": [str(d).replace("torch.", "") for d in CONFIG.profile.unsupported_dtypes()],
+            "dtype_agnostic": sorted(DTYPE_AGNOSTIC_OPS), "fallback": fallback_stats()}

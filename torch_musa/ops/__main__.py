@@ -34,11 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(cov, f, indent=2)
-    print(f"hardware profile: {cov['profile']}")
-    print(f"native ops (musa_functions.yaml): {len(cov['native'])}")
+    print(f"hardware profile: {cov['profile']} ({cov['driver']} driver)")
+    refused = ", ".join(cov["profile_refuses"]) or "nothing"
+    print(f"the profile refuses to compute in: {refused} "
+          f"(except in the {len(cov['dtype_agnostic'])} ops that only move or select data)")
+    print(f"native ops (musa_functions.yaml), in their kernel's dtypes: {len(cov['native'])}")
     width = max(len(n) for n in cov["native"])
-    for name, dtypes in sorted(cov["native"].items()):
-        print(f"  {name:<{width}}  {', '.join(dtypes)}")
+    for name in cov["native"]:
+        print(f"  {name}")
     print(f"ops that took the CPU fallback: {len(cov['fallback'])}")
     for name, calls in cov["fallback"].items():
         print(f"  {name:<{width}}  {calls} call(s)")

@@ -8,14 +8,13 @@ call per parameter group and dtype, GradScaler-aware (the scaler hands them
 
 ``torch.optim.Adam/AdamW/SGD(..., fused=True)`` and ``foreach=True`` already
 accept musa parameters (PyTorch lists the PrivateUse1 device among the fused
-and foreach devices); no registration is needed. :func:`register` exists for
-symmetry and does nothing.
+and foreach devices); nothing needs registering.
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["FusedAdam", "FusedAdamW", "register"]
+__all__ = ["FusedAdam", "FusedAdamW"]
 
 
 def _check_params(name, optimizer):
@@ -63,7 +62,3 @@ class FusedAdamW(torch.optim.AdamW):
                          amsgrad=amsgrad, foreach=False, maximize=maximize, capturable=capturable,
                          differentiable=False, fused=True)
         _check_params(type(self).__name__, self)
-
-
-def register() -> None:
-    """Nothing to install: PyTorch's fused/foreach paths accept musa already."""
