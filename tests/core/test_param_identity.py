@@ -39,7 +39,7 @@ def test_shallow_copy_type_answers_as_for_cuda():
     assert f(cpu, torch.ones(2, device="meta")) == f(musa, torch.ones(2, device="meta")) is False
 
 
-_TWO_DEVICES = pytest.mark.skipif(torch.musa.device_count() < 2, reason="moves to musa:1")
+_TWO_DEVICES = pytest.mark.requires_devices(2)  # moves to musa:1
 
 
 @pytest.mark.parametrize("move", [pytest.param(m, marks=_TWO_DEVICES) if "musa:1" in m else m
