@@ -386,6 +386,7 @@ print("DP-OK")
 '''
 
 
+@pytest.mark.requires_devices(2)  # cuda:1
 def test_data_parallel_under_the_layer():
     """nn.DataParallel takes musa as its device type and the replica threads
     translate "cuda"; disable() undoes both."""
@@ -449,6 +450,7 @@ print("STREAMS-OK")
 '''
 
 
+@pytest.mark.requires_devices(2)  # cuda:1
 def test_torch_stream_event_and_accelerator_take_cuda_spellings():
     r = python(STREAMS_ACCELERATOR, env={"TORCH_MUSA_CUDA_COMPAT": "1"})
     assert r.returncode == 0 and "STREAMS-OK" in r.stdout, r.stderr[-3000:]

@@ -11,6 +11,7 @@ import torch_musa  # noqa: F401
 from torch_musa.core import comm
 
 M0, M1, CPU = torch.device("musa:0"), torch.device("musa:1"), torch.device("cpu")
+pytestmark = pytest.mark.requires_devices(2)
 
 
 def _mixed(seed: int) -> list[torch.Tensor]:

@@ -20,6 +20,7 @@ import torch_musa  # noqa: F401
 from torch_musa.core import comm
 
 M0, M1 = torch.device("musa:0"), torch.device("musa:1")
+pytestmark = pytest.mark.requires_devices(2)
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 

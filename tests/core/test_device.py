@@ -95,6 +95,7 @@ def test_cross_device_ops_raise_the_same_device_error():
 
 
 @pytest.mark.requires_profile("s4000", reason="the MTT S4000's properties")
+@pytest.mark.requires_devices(2)
 def test_properties_of_the_default_profile():
     p = torch.musa.get_device_properties(0)
     assert p.name == "MTT S4000" and (p.major, p.minor) == (2, 2)

@@ -95,6 +95,7 @@ def test_peak_and_reset():
 @pytest.mark.requires_host_driver(
     "checks the host allocator's message (profile, capacity); the cuda driver's names musa and the "
     "CUDA allocator's figures")
+@pytest.mark.requires_devices(2)
 def test_out_of_memory_names_sizes_and_device_recovers():
     torch.musa.set_per_process_memory_fraction(64 * MiB / torch.musa.get_device_properties(0).total_memory, 0)
     keep = torch.empty(40 * MiB, dtype=torch.uint8, device="musa:0")

@@ -14,6 +14,7 @@ def test_same_seed_same_numbers():
 
 @pytest.mark.requires_host_driver(
     "under the cuda driver musa draws CUDA's Philox stream, not the CPU's mt19937")
+@pytest.mark.requires_devices(2)
 def test_musa_draws_what_the_cpu_draws_for_the_same_seed():
     torch.manual_seed(7)  # seeds the CPU and every musa generator
     m = torch.rand(64, device="musa").cpu()

@@ -183,6 +183,7 @@ def test_double_backward(kind):
         torch.testing.assert_close(g_m.cpu(), g_c, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.requires_devices(2)
 def test_on_second_device():
     torch.manual_seed(0)
     module = nn.LSTM(IN, HID)
@@ -272,6 +273,7 @@ def test_fused_gru_cell_op(bias):
         assert got[3] is None and got[4] is None
 
 
+@pytest.mark.requires_devices(2)
 def test_fused_cells_reject_bad_shapes():
     m = dict(device="musa")
     with pytest.raises(RuntimeError, match="_thnn_fused_lstm_cell: hidden_gates has shape"):

@@ -8,6 +8,7 @@ compared at a tolerance of a few float32 ulps of the values involved.
 """
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -21,9 +22,11 @@ def _model():
     return nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 3))
 
 
+@pytest.mark.requires_devices(2)
 def test_data_parallel_trains_like_one_device():
     model = nn.DataParallel(_model()).to("musa")
-    assert model.device_ids == [0, 1], "DataParallel should take every musa device by default"
+    assert model.device_ids == list(range(torch.musa.device_count())), \
+        "DataParallel should take every musa device by default"
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     batches = feature_batches(3, 8, 12, 3)
     losses = train_steps(model, opt, batches, "musa", nn.CrossEntropyLoss())

@@ -107,7 +107,9 @@ def conversion_mode(request):
     torch.__future__.set_swap_module_params_on_conversion(was)
 
 
-@pytest.mark.parametrize("start, convert, device, dtype", CONVERSIONS, ids=CONVERSION_IDS)
+@pytest.mark.parametrize("start, convert, device, dtype", [
+    pytest.param(*row, id=name, marks=[pytest.mark.requires_devices(2)] if "musa1" in name else [])
+    for row, name in zip(CONVERSIONS, CONVERSION_IDS)])
 def test_conversion_keeps_parameters_grads_hooks_and_optimizer_state(start, convert, device,
                                                                       dtype, conversion_mode):
     torch.manual_seed(0)
