@@ -91,6 +91,8 @@ def test_device_is_the_gpu():
     props = torch.musa.get_device_properties(0)
     assert torch.cuda.get_device_name(0) in props.name
     assert props.total_memory == torch.cuda.get_device_properties(0).total_memory
+    gpu = torch.cuda.get_device_properties(0)
+    assert props.uuid == str(gpu.uuid) and props.L2_cache_size == gpu.L2_cache_size
 
 
 @on_cuda

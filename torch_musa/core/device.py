@@ -147,6 +147,14 @@ class _MusaDeviceProperties:
 _FIRST_PCI_BUS = 0x10
 
 
+def _uuid(physical: int) -> str:
+    """The GPU's own under the cuda driver; else one derived from "MUSA", the arch and the index."""
+    if CONFIG.driver == "cuda":
+        return str(torch.cuda.get_device_properties(physical).uuid)
+    p = CONFIG.profile
+    return f"4d555341-{p.major:02x}{p.minor:02x}-4000-8000-{physical:012x}"
+
+
 def _pci_location(physical: int) -> tuple[int, int, int]:
     """(bus, device, domain): the GPU's own under the cuda driver (NUMA binding reads it)."""
     if CONFIG.driver == "cuda":
@@ -179,7 +187,7 @@ def get_device_properties(device: _device_t = None) -> _MusaDeviceProperties:
         clock_rate=p.clock_rate_khz,
         memory_clock_rate=p.memory_clock_rate_khz,
         memory_bus_width=p.memory_bus_width,
-        uuid=f"4d555341-{p.major:02x}{p.minor:02x}-4000-8000-{physical:012x}",  # "MUSA", arch
+        uuid=_uuid(physical),
         pci_bus_id=pci_bus,
         pci_device_id=pci_device,
         pci_domain_id=pci_domain,
