@@ -74,6 +74,10 @@ def test_registration():
     assert dist.is_backend_available("mccl")
     v = torch.musa.mccl.version()
     assert isinstance(v, tuple) and len(v) == 3 and all(isinstance(x, int) for x in v)
+    if torch_musa.distributed.mccl.engine() == "nccl":
+        assert v == tuple(torch.cuda.nccl.version()[:3])
+    else:
+        assert v == torch_musa.distributed.mccl.VERSION
     assert torch.musa.mccl.is_available([torch.ones(1, device="musa")])
     assert not torch.musa.mccl.is_available([torch.ones(1)])
     torch_musa.distributed.register()  # idempotent

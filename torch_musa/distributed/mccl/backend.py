@@ -29,7 +29,14 @@ NATIVE_OPS = tuple(torch.ops.mccl.native_ops())
 
 
 def version():
-    """Version of mccl as a tuple ``(major, minor, patch)``, like ``torch.cuda.nccl.version()``."""
+    """Version of the library that runs the collectives, ``(major, minor, patch)``.
+
+    Under the cuda driver with NCCL that is NCCL (``torch.cuda.nccl.version()``), as
+    a user reading this to choose a code path needs; otherwise mccl's own layer over
+    Gloo (:data:`VERSION`), since Gloo carries no version of its own.
+    """
+    if CONFIG.driver != "host" and engine() == "nccl":
+        return tuple(torch.cuda.nccl.version()[:3])
     return VERSION
 
 
