@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint_sequential
 
-from ._common import assert_same, assert_same_params
+from ._common import REF, assert_same, assert_same_params
 from ._gpt import TinyGPT, lm_loss
 
 
@@ -38,25 +38,26 @@ def _grads(device, autocast_dtype=None, **checkpointing):
 def test_checkpointed_dropout_gradients_equal_the_plain_run(use_reentrant, device):
     loss, grads = _grads(device, use_reentrant=use_reentrant)
     plain_loss, plain_grads = _grads(device)
-    assert loss == plain_loss
+    assert_same(loss, plain_loss, "checkpointed loss")
     assert_same_params(grads, plain_grads,
                        f"checkpointed gradients (use_reentrant={use_reentrant})")
-    cpu_loss, cpu_grads = _grads("cpu", use_reentrant=use_reentrant)
-    assert loss == cpu_loss
-    assert_same_params(grads, cpu_grads, "checkpointed gradients against the CPU run")
+    ref_loss, ref_grads = _grads(REF, use_reentrant=use_reentrant)
+    assert_same(loss, ref_loss, f"checkpointed loss against the {REF} run")
+    assert_same_params(grads, ref_grads, f"checkpointed gradients against the {REF} run")
 
 
 @pytest.mark.parametrize("use_reentrant", [True, False], ids=["reentrant", "non-reentrant"])
 def test_without_preserved_rng_state_musa_draws_what_the_cpu_draws(use_reentrant):
-    """preserve_rng_state=False recomputes with fresh masks, on the CPU as on musa:
-    the gradients are not the plain run's, but both devices give the same ones."""
+    """preserve_rng_state=False recomputes with fresh masks, on the CPU (the
+    reference device) as on musa: the gradients are not the plain run's, but both
+    devices give the same ones."""
     kwargs = {"use_reentrant": use_reentrant, "preserve_rng_state": False}
     loss, grads = _grads("musa", **kwargs)
-    cpu_loss, cpu_grads = _grads("cpu", **kwargs)
-    assert loss == cpu_loss
-    assert_same_params(grads, cpu_grads, "checkpointed gradients, RNG state not preserved")
-    _, plain = _grads("cpu")
-    assert not torch.equal(cpu_grads["h.0.c_fc.weight"], plain["h.0.c_fc.weight"]), (
+    ref_loss, ref_grads = _grads(REF, **kwargs)
+    assert_same(loss, ref_loss, "loss, RNG state not preserved")
+    assert_same_params(grads, ref_grads, "checkpointed gradients, RNG state not preserved")
+    _, plain = _grads(REF)
+    assert not torch.equal(ref_grads["h.0.c_fc.weight"], plain["h.0.c_fc.weight"]), (
         "fresh masks in the recomputation should change the gradients; the case tests nothing")
 
 
@@ -87,7 +88,7 @@ def test_checkpoint_sequential_with_dropout():
         return x.grad.cpu()
 
     assert_same(run("musa", 2), run("musa", 0), "checkpoint_sequential input gradient")
-    assert_same(run("musa", 2), run("cpu", 2), "checkpoint_sequential against the CPU")
+    assert_same(run("musa", 2), run(REF, 2), f"checkpoint_sequential against the {REF} run")
 
 
 def test_musa_reports_itself_initialized_once_used():

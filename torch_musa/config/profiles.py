@@ -70,6 +70,10 @@ PROFILES = {
 }
 DEFAULT_PROFILE = "s4000"
 
+#: torch.cuda's own, taken when the configuration loads: cuda_compat later puts
+#: musa's in its place, and musa's properties read the GPU's through this one.
+cuda_device_properties = torch.cuda.get_device_properties
+
 
 def gpu_profile() -> HardwareProfile:
     """What the cuda driver's musa device reports: the GPU underneath.
@@ -78,7 +82,7 @@ def gpu_profile() -> HardwareProfile:
     is a cudaDeviceGetAttribute call of ~0.7 ms, which every bf16 autocast op paid
     while the profile was looked up per call (GPT-2 step 1.19x native).
     """
-    props = torch.cuda.get_device_properties(0)
+    props = cuda_device_properties(0)
     extra = {}
     for ours, cuda_name in _CUDA_PROPERTY_NAMES.items():
         value = getattr(props, cuda_name, None)

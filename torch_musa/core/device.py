@@ -8,7 +8,7 @@ import torch
 
 from torch_musa import _C
 from torch_musa.config import CONFIG
-from torch_musa.config.profiles import PROFILES
+from torch_musa.config.profiles import PROFILES, cuda_device_properties
 from torch_musa.core import _lazy
 
 _device_t = torch.device | str | int | None
@@ -150,7 +150,7 @@ _FIRST_PCI_BUS = 0x10
 def _uuid(physical: int) -> str:
     """The GPU's own under the cuda driver; else one derived from "MUSA", the arch and the index."""
     if CONFIG.driver == "cuda":
-        return str(torch.cuda.get_device_properties(physical).uuid)
+        return str(cuda_device_properties(physical).uuid)
     p = CONFIG.profile
     return f"4d555341-{p.major:02x}{p.minor:02x}-4000-8000-{physical:012x}"
 
@@ -158,7 +158,7 @@ def _uuid(physical: int) -> str:
 def _pci_location(physical: int) -> tuple[int, int, int]:
     """(bus, device, domain): the GPU's own under the cuda driver (NUMA binding reads it)."""
     if CONFIG.driver == "cuda":
-        props = torch.cuda.get_device_properties(physical)
+        props = cuda_device_properties(physical)
         return tuple(int(getattr(props, f"pci_{n}_id", 0)) for n in ("bus", "device", "domain"))
     return _FIRST_PCI_BUS + physical, 0, 0
 

@@ -10,6 +10,7 @@ unusual).
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -117,6 +118,18 @@ def _nccl_backend(dist_opts, backend_options=None):
     return backend
 
 
+def _connect_musa_as_cuda(connect):
+    """``init_process_group(device_id=musa:i)`` connects NCCL eagerly on that device;
+    NCCL's guard knows only CUDA, and under the cuda driver musa:i is cuda:i."""
+    @functools.wraps(connect)
+    def eager_connect_single_device(self, device=None):
+        if device is not None and torch.device(device).type == "musa":
+            device = torch.device("cuda", torch.device(device).index)
+        return connect(self, device)
+    eager_connect_single_device.__wrapped_for_musa__ = True
+    return eager_connect_single_device
+
+
 def _create_backend(dist_opts, backend_options=None):
     """``register_backend`` creator (extended API): the Gloo or NCCL backend for the musa device."""
     if engine(dist_opts.group_size) == "nccl":
@@ -131,6 +144,10 @@ def install():
     if STAGE_GLOO:  # the C++ kernels alias as host tensors unless told
         torch.ops.mccl.set_alias_device("cuda" if CUDA_ALIASES else "cpu", True)
     kernels.register()
+    nccl = getattr(dist, "ProcessGroupNCCL", None)
+    connect = getattr(nccl, "eager_connect_single_device", None)
+    if connect is not None and not hasattr(connect, "__wrapped_for_musa__"):
+        nccl.eager_connect_single_device = _connect_musa_as_cuda(connect)
     if "mccl" not in dist.Backend.backend_list:
         dist.Backend.register_backend("mccl", _create_backend, extended_api=True, devices=["musa"])
     return True
