@@ -64,6 +64,10 @@ from torch_musa import distributed as _distributed  # noqa: E402
 
 _distributed.register()  # the mccl backend
 
+from torch_musa import _inductor  # noqa: E402
+
+_inductor.install()  # torch.compile's Inductor backend, registered when dynamo/Inductor load
+
 try:  # profiler activity alias, as torch_musa spells it
     torch.profiler.ProfilerActivity.MUSA = torch.profiler.ProfilerActivity.PrivateUse1
 except (AttributeError, TypeError):

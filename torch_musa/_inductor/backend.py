@@ -1,0 +1,165 @@
+"""Inductor's backend for the musa device (``register_backend_for_device("musa", ...)``).
+
+Under the host driver a musa tensor's memory is host RAM (``data_ptr()`` is a host
+address), so Inductor's C++/OpenMP CPU kernels run over it unchanged: the scheduling
+is Inductor's ``CppScheduling``. What differs from the CPU device is the wrapper:
+
+* kernel calls: Inductor's Python wrapper knows how to call a C++ kernel only for
+  the ``cpu`` and ``mps`` devices, and raises ``device musa nyi`` for any other;
+* allocations: for a device without a fast path it allocates with ``device='musa'``,
+  the *current* device, so a graph over ``musa:1`` would return tensors on
+  ``musa:0``; ours names the index.
+
+A post-grad pass refuses dtypes the hardware profile lacks, as eager's kernels do
+(the compiled kernels never pass through them). Under the cuda driver musa memory
+is GPU memory: CPU kernels cannot touch it, so the backend says so instead.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from torch._inductor.codegen.common import (
+    register_backend_for_device,
+    register_device_op_overrides,
+)
+from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+from torch._inductor.custom_graph_pass import CustomGraphModulePass
+
+from torch_musa.config import CONFIG
+from torch_musa.ops.dtype_policy import DTYPE_AGNOSTIC_OPS
+
+__all__ = ["register", "MusaPythonWrapperCodegen", "MusaDeviceOpOverrides", "ProfileDtypeCheck"]
+
+DEVICE = "musa"
+
+
+class _MusaWrapperMixin:
+    """What the musa wrapper changes in Inductor's Python wrapper (see the module doc)."""
+
+    def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True,
+                                     **kwargs):
+        from torch._inductor.virtualized import V
+
+        device = device or V.graph.get_current_device_or_throw()
+        if not triton and device.type == DEVICE:
+            self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+            return
+        return super()._generate_kernel_call_helper(kernel_name, call_args, device=device,
+                                                    triton=triton, **kwargs)
+
+    def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None,
+                        is_pinned=False):
+        if device.type != DEVICE or torch._inductor.config.test_configs.track_memory_lifecycle:
+            return super().make_allocation(name, device, dtype, shape, stride, allocation_shape,
+                                           is_pinned)
+        if allocation_shape is None:
+            allocation_shape = shape
+        shape_t = self.codegen_python_shape_tuple(shape)
+        alloc_t = self.codegen_python_shape_tuple(allocation_shape)
+        stride_t = self.codegen_python_shape_tuple(stride)
+        index = device.index if device.index is not None else 0
+        out = f"{name} = empty_strided({alloc_t}, {stride_t}, device='{DEVICE}:{index}', dtype={dtype})"
+        if shape_t != alloc_t:
+            out += f".as_strided({shape_t}, {stride_t})"
+        return out
+
+
+class MusaPythonWrapperCodegen(_MusaWrapperMixin, PythonWrapperCodegen):
+    """Inductor's Python wrapper, calling C++ kernels over musa memory."""
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        if is_subgraph:
+            return _MusaSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+        return MusaPythonWrapperCodegen()
+
+
+class _MusaSubgraphWrapperCodegen(_MusaWrapperMixin, SubgraphPythonWrapperCodegen):
+    """The same for subgraphs (``torch.cond``, ``while_loop`` bodies)."""
+
+
+class MusaDeviceOpOverrides(CpuDeviceOpOverrides):
+    """Device statements the wrapper writes: the device switch names the musa index.
+
+    The host driver runs a kernel on the calling thread, so there is no stream to
+    fetch and nothing to wait for after a kernel: those stay the CPU's.
+    """
+
+    def set_device(self, device_idx: int) -> str:
+        return f"torch.musa.set_device({device_idx})"
+
+    def synchronize(self) -> str:
+        return "torch.musa.synchronize()"
+
+    def device_guard(self, device_idx: int) -> str:
+        return f"torch.musa.device({device_idx})"
+
+
+class ProfileDtypeCheck(CustomGraphModulePass):
+    """Refuses a compiled graph that computes in a dtype the hardware profile lacks.
+
+    Eager musa kernels check every operand against the profile; Inductor's kernels
+    never reach them, so the graph is checked once, at compile time, by the same
+    rule: any op touching a musa tensor of an unsupported dtype, except the
+    dtype-agnostic ones (copies, views, fills). With TORCH_USE_MUSA_DOUBLE_CAST=1,
+    float64 is allowed (the compiled code computes it in float64).
+    """
+
+    def _unsupported(self) -> frozenset:
+        bad = set(CONFIG.profile.unsupported_dtypes())
+        if CONFIG.double_cast:
+            bad -= {torch.float64, torch.complex128}
+        return frozenset(bad)
+
+    def __call__(self, gm: torch.fx.GraphModule) -> None:
+        bad = self._unsupported()
+        if not bad:
+            return
+        for node in gm.graph.nodes:
+            if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                continue
+            name = node.target._schema.name
+            if name in DTYPE_AGNOSTIC_OPS:
+                continue
+            for value in [node.meta.get("val"), *(a.meta.get("val") for a in node.all_input_nodes)]:
+                for t in value if isinstance(value, (list, tuple)) else [value]:
+                    if (isinstance(t, torch.Tensor) and t.device.type == DEVICE
+                            and t.dtype in bad):
+                        raise RuntimeError(
+                            f"torch.compile on musa: {name} ({node.target.__name__}) computes in "
+                            f"{t.dtype}, which the musa hardware profile {CONFIG.profile.name} "
+                            f"does not support. Use a supported dtype, or a profile that has it "
+                            f"(TORCH_MUSA_PROFILE).")
+
+    def uuid(self) -> bytes:
+        # Compiled graphs are cached on disk: one checked under another profile must not be reused.
+        key = f"musa-dtype-check-v1:{sorted(map(str, self._unsupported()))}"
+        return hashlib.sha256(key.encode()).digest()
+
+
+def _cuda_driver_scheduling(scheduler):
+    raise RuntimeError(
+        "torch.compile's Inductor backend for musa runs only under the host driver "
+        "(TORCH_MUSA_DRIVER=host): under the cuda driver musa memory is GPU memory, and the "
+        "Triton code generation for it is not implemented. Use backend='aot_eager' or 'eager'.")
+
+
+def register() -> None:
+    """Register the musa backend with Inductor (idempotent)."""
+    if CONFIG.driver == "host":
+        scheduling = CppScheduling
+    else:
+        scheduling = _cuda_driver_scheduling
+    from torch_musa._inductor.aoti import MusaCppWrapperCpu
+
+    register_backend_for_device(
+        DEVICE,
+        scheduling,
+        MusaPythonWrapperCodegen,
+        MusaCppWrapperCpu,
+        device_custom_pass=ProfileDtypeCheck(),
+    )
+    register_device_op_overrides(DEVICE, MusaDeviceOpOverrides())
