@@ -27,6 +27,7 @@ _C._register_device()
 torch.utils.rename_privateuse1_backend("musa")
 
 from torch_musa import core as _musa_module  # noqa: E402
+from torch_musa.core import backends as _backends  # noqa: E402
 from torch_musa.core import dlpack as _dlpack  # noqa: E402
 from torch_musa.core import jit as _jit  # noqa: E402
 from torch_musa.core import printing as _printing  # noqa: E402
@@ -48,6 +49,7 @@ _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
 _musa_module.comm.install()  # torch.nn.parallel (DataParallel) across musa devices
 _jit.install()  # torch.jit.trace's check compares without the profile's missing dtypes
+_backends.install()  # torch.backends.musa and torch.backends.mudnn
 
 from torch_musa import amp as _amp  # noqa: E402
 from torch_musa import attention as _attention  # noqa: E402

@@ -34,6 +34,7 @@ from torch.nn.attention import SDPBackend
 from torch_musa.attention import flash
 from torch_musa.attention.flash import flash_attention_backward, flash_attention_forward
 from torch_musa.config import CONFIG
+from torch_musa.core import backends
 
 __all__ = ["register", "flash_constraint_failures", "max_flash_head_dim", "select_backend",
            "flash_attention_forward", "flash_attention_backward"]
@@ -106,8 +107,8 @@ def flash_constraint_failures(query, key, value, attn_mask=None, dropout_p=0.0, 
 def select_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                    enable_gqa=False) -> int:
     """The ``_fused_sdp_choice`` rule for musa (see the module docstring)."""
-    flash_on = torch._C._get_flash_sdp_enabled() or torch._C._get_overrideable_sdp_enabled()
-    math_on = torch._C._get_math_sdp_enabled()
+    flash_on = backends.flash_sdp_enabled()  # FLASH_ATTENTION or OVERRIDEABLE
+    math_on = backends.math_sdp_enabled()
     if math_on and query.dtype not in _FLASH_DTYPES:
         return _MATH  # flash cannot take it whatever its priority: skip the full constraint list
     fails = None
