@@ -84,3 +84,13 @@ if _CONFIG.cuda_compat:
     _cuda_compat.maybe_enable_from_env()
 
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str):
+    """The real torch_musa is ``torch.musa`` itself, so its top-level names
+    (``torch_musa.set_device``, ``torch_musa.is_available``, ``torch_musa.ByteTensor``, ...)
+    are torch.musa's."""
+    try:
+        return getattr(_musa_module, name)
+    except AttributeError:
+        raise AttributeError(f"module 'torch_musa' has no attribute {name!r}") from None

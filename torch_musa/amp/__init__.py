@@ -34,9 +34,9 @@ class autocast(torch.amp.autocast):
                  cache_enabled: bool = True):
         if enabled:
             autocast_kernels._check_dtype(dtype)
-            if dtype not in (torch.float16, torch.bfloat16):
+            if dtype not in (torch.float16, torch.bfloat16, torch.float32):
                 raise RuntimeError(
-                    f"musa autocast supports torch.float16 and torch.bfloat16, got {dtype}"
+                    f"musa autocast supports torch.float16, torch.bfloat16 and torch.float32, got {dtype}"
                 )
         super().__init__("musa", enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
 

@@ -71,6 +71,41 @@ from torch_musa.core.streams import (
     set_stream,
     stream,
 )
+from torch_musa.core import monitoring, mudnn, runtime_api, sync_debug, version
+from torch_musa.core.mudnn import flags, set_flags
+
+version.install()  # torch.version.musa
+from torch_musa.core.monitoring import (
+    clock_rate,
+    device_memory_used,
+    list_gpu_processes,
+    memory_usage,
+    power_draw,
+    temperature,
+    utilization,
+)
+from torch_musa.core.runtime_api import (
+    MusaError,
+    _DeviceGuard,
+    _exchange_device,
+    _maybe_exchange_device,
+    _set_allocator_settings,
+    _set_stream_by_id,
+    amp_definitely_not_available,
+    check_error,
+    current_blas_handle,
+    current_blaslt_handle,
+    fork_rng,
+    get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
+    ipc_collect,
+    is_tf32_supported,
+    musart,
+    reset_accumulated_host_memory_stats,
+    reset_peak_host_memory_stats,
+)
+from torch_musa.core.sync_debug import get_sync_debug_mode, set_sync_debug_mode
 from torch_musa.core.tensor_types import make_types as _make_types
 
 globals().update(_make_types())
@@ -86,7 +121,10 @@ def is_current_stream_capturing() -> bool:
 
 
 def get_amp_supported_dtype():
-    return [_torch.float16] + ([_torch.bfloat16] if _CONFIG.profile.supports_bf16 else [])
+    """The dtypes ``torch.autocast("musa", dtype=...)`` accepts: float16, bfloat16 where
+    the profile has it, and float32 (autocast to float32 is accepted as on CUDA)."""
+    return ([_torch.float16] + ([_torch.bfloat16] if _CONFIG.profile.supports_bf16 else [])
+            + [_torch.float32])
 
 
 def _is_compiled() -> bool:

@@ -3,6 +3,8 @@
 #include <ATen/Functions.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_set>
 
@@ -11,7 +13,10 @@ namespace torch_musa {
 namespace {
 std::mutex g_policy_mu;
 std::unordered_set<std::string> g_dtype_exempt;
-std::atomic<bool> g_double_cast{false};
+// -1: follow TORCH_USE_MUSA_DOUBLE_CAST, read when an op needs it; 0/1: set
+// by torch_musa.ops.registry.set_double_cast.
+std::atomic<int> g_double_cast{-1};
+std::atomic<int> g_sync_debug{0};
 std::atomic<DebugHook> g_debug_hook{nullptr};
 
 bool exempt(const char* op) {
@@ -28,12 +33,59 @@ void set_dtype_exempt_ops(const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> g(g_policy_mu);
   g_dtype_exempt = {names.begin(), names.end()};
 }
-void set_double_cast(bool on) { g_double_cast = on; }
-bool double_cast_enabled() { return g_double_cast.load(std::memory_order_relaxed); }
+void set_double_cast(int mode) { g_double_cast = mode < 0 ? -1 : (mode ? 1 : 0); }
+
+// Only reached for a float64 tensor on a profile without float64, so reading
+// the environment here (tests set it with monkeypatch.setenv) costs nothing
+// on the common path. Same spellings as torch_musa.config's Flag.
+bool double_cast_enabled() {
+  const int set = g_double_cast.load(std::memory_order_relaxed);
+  if (set >= 0) return set == 1;
+  const char* v = std::getenv("TORCH_USE_MUSA_DOUBLE_CAST");
+  if (!v) return false;
+  std::string s;
+  for (const char* c = v; *c; ++c)
+    if (!std::isspace(static_cast<unsigned char>(*c)))
+      s += char(std::tolower(static_cast<unsigned char>(*c)));
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s.empty() || s == "0" || s == "false" || s == "off" || s == "no") return false;
+  TORCH_CHECK(false, "TORCH_USE_MUSA_DOUBLE_CAST=", v,
+              " is not a yes/no value; allowed: 1, true, on, yes or 0, false, off, no "
+              "(any case)");
+}
+
+void set_sync_debug_mode(int mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 2,
+              "invalid value of debug_mode, expected one of `default` (0), `warn` (1), `error` (2)");
+  g_sync_debug = mode;
+}
+int sync_debug_mode() { return g_sync_debug.load(std::memory_order_relaxed); }
+
+void sync_point(const char* what) {
+  const int mode = g_sync_debug.load(std::memory_order_relaxed);
+  if (C10_LIKELY(mode == 0)) return;
+  TORCH_CHECK(mode != 2, "called a synchronizing MUSA operation (", what, ")");
+  TORCH_WARN("called a synchronizing MUSA operation (", what, ")");
+}
+
+namespace {
+// Ops that read device data on the host to size their result, as their CUDA
+// kernels do (they synchronise there); checked only while the mode is on.
+bool sync_op(const char* op, const char* overload) {
+  static const std::unordered_set<std::string> names = {
+      "aten::nonzero", "aten::masked_select", "aten::_unique", "aten::_unique2",
+      "aten::unique_dim", "aten::unique_consecutive", "aten::unique_dim_consecutive",
+      "aten::bincount", "aten::equal", "aten::nonzero_numpy", "aten::argwhere"};
+  (void)overload;
+  return names.count(op) > 0;
+}
+}  // namespace
 DebugHook debug_hook() { return g_debug_hook.load(std::memory_order_relaxed); }
 void set_debug_hook(DebugHook hook) { g_debug_hook = hook; }
 
-KernelCall::KernelCall(const char* op, const char* overload) : op_(op), overload_(overload) {}
+KernelCall::KernelCall(const char* op, const char* overload) : op_(op), overload_(overload) {
+  if (C10_UNLIKELY(sync_debug_mode() != 0) && sync_op(op, overload)) sync_point(op);
+}
 
 KernelCall::~KernelCall() {
   for (Alias& a : aliases_)
@@ -49,6 +101,10 @@ std::string KernelCall::op_name() const {
 void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list) {
   if (!t.defined()) return;
   if (t.is_privateuseone()) {
+    // A boolean mask among indices is turned into positions on the host.
+    if (C10_UNLIKELY(index_list && sync_debug_mode() != 0) &&
+        (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte))
+      sync_point("boolean mask indexing");
     const auto d = t.device().index();
     if (device_ < 0) device_ = d;
     else if (d != device_) mismatch(t, arg);

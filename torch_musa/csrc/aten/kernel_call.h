@@ -23,8 +23,18 @@ namespace torch_musa {
 
 // Policy set from Python (ops/dtype_policy.py, TORCH_USE_MUSA_DOUBLE_CAST).
 void set_dtype_exempt_ops(const std::vector<std::string>& names);
-void set_double_cast(bool on);
+// set_double_cast: 1 on, 0 off, -1 follow TORCH_USE_MUSA_DOUBLE_CAST (read when
+// an op needs it).
+void set_double_cast(int mode);
 bool double_cast_enabled();
+
+// Sync debug mode (torch.musa.set_sync_debug_mode), process-wide as CUDA's:
+// 0 off, 1 warn, 2 error. sync_point() is called where the host waits for the
+// device (a blocking host<->device copy, .item(), a stream's synchronize, ops
+// whose output size depends on the data); it costs one relaxed load when off.
+void set_sync_debug_mode(int mode);
+int sync_debug_mode();
+void sync_point(const char* what);
 
 // Op debug logging (TORCH_MUSA_OP_DEBUG): a Python callback, called with the
 // op name, its arguments and its results. Null when off.

@@ -4,6 +4,7 @@
 #include "core/MUSACachingAllocator.h"
 #include "core/MUSAGenerator.h"
 #include "aten/kernel_alias.h"
+#include "aten/kernel_call.h"
 #include "utils/nan_check.h"
 #include "core/Device.h"
 
@@ -147,6 +148,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                        : kernel_alias(self);
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
+  if (C10_UNLIKELY(sync_debug_mode() != 0) && !non_blocking &&
+      self.is_privateuseone() != dst.is_privateuseone())
+    sync_point("a blocking copy between musa and the host");
   out.copy_(src, non_blocking);
   if (C10_UNLIKELY(nan_check_armed()))  // NaN/Inf entering musa from a CPU tensor
     nan_check_op("aten::_copy_from", {self, dst}, {dst});
@@ -159,6 +163,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
+  sync_point("_local_scalar_dense (.item())");
   return at::_local_scalar_dense(kernel_alias(self));
 }
 

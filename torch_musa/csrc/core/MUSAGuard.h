@@ -15,6 +15,10 @@
 
 namespace torch_musa {
 
+// aten/kernel_call.cpp: the sync debug mode's check (a stream's synchronize
+// waits for the device, as cudaStreamSynchronize does; a device's does not warn).
+void sync_point(const char* what);
+
 class MUSAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
  public:
   static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
@@ -88,6 +92,7 @@ class MUSAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
   bool queryStream(const c10::Stream& s) const override { return driver().stream_query(s); }
   void synchronizeStream(const c10::Stream& s) const override {
+    sync_point("Stream.synchronize");
     driver().stream_synchronize(s);
   }
   void synchronizeDevice(const c10::DeviceIndex d) const override {

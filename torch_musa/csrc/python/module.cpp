@@ -14,9 +14,15 @@
 
 #include <torch/extension.h>
 
+#include <map>
+#include <optional>
+
 namespace torch_musa {
 void register_device();
 void init_nan_check(pybind11::module_& m);
+// core/PinnedAllocator.cpp: torch.musa.host_memory_stats' counters.
+std::map<std::string, double> host_memory_stats();
+void reset_host_memory_stats(bool peak);
 }
 
 namespace {
@@ -170,7 +176,13 @@ PYBIND11_MODULE(_C, m) {
         THPGenerator_initDefaultGenerator(default_generator(c10::DeviceIndex(d))));
   });
   m.def("_set_dtype_exempt_ops", &set_dtype_exempt_ops);
-  m.def("_set_double_cast", &set_double_cast);
+  m.def("_set_double_cast", [](std::optional<bool> on) {  // None: follow the environment
+    set_double_cast(on ? int(*on) : -1);
+  });
+  m.def("_host_memory_stats", &host_memory_stats);
+  m.def("_reset_host_memory_stats", &reset_host_memory_stats);
+  m.def("_set_sync_debug_mode", &set_sync_debug_mode);
+  m.def("_get_sync_debug_mode", &sync_debug_mode);
   m.def("_set_fallback_mode", [](int mode) {
     TORCH_CHECK(mode >= 0 && mode <= 2, "fallback mode must be 0 (silent), 1 (warn) or 2 (error)");
     set_fallback_mode(FallbackMode(mode));

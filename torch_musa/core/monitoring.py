@@ -1,0 +1,109 @@
+"""Device monitoring (torch.cuda.utilization, temperature, power_draw, ...).
+
+torch.cuda asks the GPU's management library (pynvml) for these. Under the
+cuda driver, musa asks the same for the GPU underneath (the same errors when
+pynvml is missing). The host driver has no sensors: what it knows it reports
+(the modeled card's clock, the memory this process holds, the only process on
+its devices); the sensor readings raise :class:`NotAvailableError`, naming the
+driver that can answer, rather than a made-up number.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from torch_musa.config import CONFIG
+from torch_musa.core import _lazy
+from torch_musa.core.device import _get_device_index
+from torch_musa.core.memory import memory_reserved
+
+_cuda = {name: getattr(torch.cuda, name) for name in (
+    "utilization", "memory_usage", "temperature", "power_draw", "clock_rate",
+    "list_gpu_processes", "device_memory_used") if hasattr(torch.cuda, name)}
+
+
+class NotAvailableError(RuntimeError):
+    """A reading the host driver cannot take (it has no hardware sensors)."""
+
+
+def _index(device: Any) -> int:
+    return _get_device_index(device, optional=True)
+
+
+def _host_only(what: str) -> NotAvailableError:
+    return NotAvailableError(
+        f"torch.musa.{what} is not available on the host driver: it has no hardware sensors "
+        "(run under TORCH_MUSA_DRIVER=cuda, where the GPU's management library answers)")
+
+
+def _gpu(name: str, device: Any):
+    return _cuda[name](CONFIG.physical_indices[_index(device)])
+
+
+def utilization(device: Any = None) -> int:
+    """Percent of the last sample period during which a kernel ran on the device."""
+    if CONFIG.driver == "cuda":
+        return _gpu("utilization", device)
+    _index(device)
+    raise _host_only("utilization")
+
+
+def memory_usage(device: Any = None) -> int:
+    """Percent of the last sample period during which device memory was read or written."""
+    if CONFIG.driver == "cuda":
+        return _gpu("memory_usage", device)
+    _index(device)
+    raise _host_only("memory_usage")
+
+
+def temperature(device: Any = None) -> int:
+    """The device's temperature in degrees Celsius."""
+    if CONFIG.driver == "cuda":
+        return _gpu("temperature", device)
+    _index(device)
+    raise _host_only("temperature")
+
+
+def power_draw(device: Any = None) -> int:
+    """The device's power draw in milliwatts."""
+    if CONFIG.driver == "cuda":
+        return _gpu("power_draw", device)
+    _index(device)
+    raise _host_only("power_draw")
+
+
+def clock_rate(device: Any = None) -> int:
+    """The device's compute clock in MHz: the GPU's, or the modeled card's on the host driver."""
+    if CONFIG.driver == "cuda":
+        return _gpu("clock_rate", device)
+    _index(device)
+    return CONFIG.profile.clock_rate_khz // 1000
+
+
+def device_memory_used(device: Any = None) -> int:
+    """Bytes of device memory in use by every process. A host driver device belongs to
+    this process alone, so that is what its caching allocator holds."""
+    if CONFIG.driver == "cuda":
+        return _gpu("device_memory_used", device)
+    return memory_reserved(_index(device))
+
+
+def list_gpu_processes(device: Any = None) -> str:
+    """The processes using the device and their memory, in torch.cuda's format. On the
+    host driver the only one is this process, once it has initialised musa."""
+    if CONFIG.driver == "cuda":
+        return _gpu("list_gpu_processes", device)
+    idx = _index(device)
+    lines = [f"GPU:{idx}"]
+    if not _lazy.is_initialized():
+        lines.append("no processes are running")
+    else:
+        mem = memory_reserved(idx) / (1024 * 1024)
+        lines.append(f"process {os.getpid():>10d} uses {mem:>12.3f} MB GPU memory")
+    return "\n".join(lines)
+
+
+__all__ = ["utilization", "memory_usage", "temperature", "power_draw", "clock_rate",
+           "device_memory_used", "list_gpu_processes", "NotAvailableError"]

@@ -1,0 +1,304 @@
+"""The rest of torch.cuda's runtime surface under musa's names (and the real
+torch_musa's): device exchange, stream by id, the runtime API module and its
+errors, BLAS handles, TF32, IPC collection, the memory fraction's getter,
+pinned host memory statistics, the allocator settings string and ``fork_rng``.
+
+Under the cuda driver, the GPU underneath answers where torch.cuda would ask
+CUDA (torch.cuda's functions are taken at import, before cuda_compat may put
+musa's in their place).
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import threading
+from typing import Any, Iterable
+
+import torch
+
+from torch_musa import _C
+from torch_musa.config import CONFIG
+from torch_musa.config.variables import VARIABLES
+from torch_musa.core import _lazy
+from torch_musa.core.device import _get_device_index, current_device, is_available
+
+_cuda = {name: getattr(torch.cuda, name) for name in (
+    "cudart", "current_blas_handle", "ipc_collect", "is_tf32_supported", "mem_get_info")
+    if hasattr(torch.cuda, name)}
+
+
+def _on_gpu() -> bool:
+    return CONFIG.driver == "cuda"
+
+
+# ----------------------------------------------------------------------------- device exchange
+def _exchange_device(device: int) -> int:
+    """Make ``device`` current and return the previous index; -1 (no device) changes nothing."""
+    if device < 0:
+        return -1
+    _lazy._lazy_init()
+    prev = _C._get_device()
+    if prev != device:
+        _C._set_device(_get_device_index(device))
+    return prev
+
+
+def _maybe_exchange_device(device: int) -> int:
+    """As :func:`_exchange_device`; torch.cuda's variant only differs in not creating a
+    context on a device that has none, which the musa runtime never does eagerly."""
+    return _exchange_device(device)
+
+
+class _DeviceGuard:
+    """Context manager over a device index (torch.cuda._DeviceGuard)."""
+
+    def __init__(self, index: int):
+        self.idx = index
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _exchange_device(self.idx)
+
+    def __exit__(self, *exc) -> bool:
+        self.idx = _maybe_exchange_device(self.prev_idx)
+        return False
+
+
+def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+    """Make the stream named by (id, device index, device type code) current."""
+    stream = torch.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+    if stream.device.type != "musa":
+        raise ValueError(f"_set_stream_by_id: expected a musa stream, got one on {stream.device}")
+    _lazy._lazy_init()
+    torch.accelerator.set_stream(stream)
+
+
+# ----------------------------------------------------------------------------- runtime API module
+class _MusaErrorCode(enum.IntEnum):
+    """musaError_t values (the same numbers as cudaError_t's)."""
+
+    success = 0
+    invalidValue = 1
+    memoryAllocation = 2
+    initializationError = 3
+    invalidDevice = 101
+    notReady = 600
+    notSupported = 801
+
+
+_ERROR_TEXT = {
+    0: "no error",
+    1: "invalid argument",
+    2: "out of memory",
+    3: "initialization error",
+    101: "invalid device ordinal",
+    600: "device not ready",
+    801: "operation not supported",
+}
+
+
+class _HostMusart:
+    """What ``torch.cuda.cudart()`` offers, for the host driver: device memory is
+    host RAM, so registering host memory has nothing to pin and succeeds, and the
+    profiler calls succeed with no external profiler attached, as CUDA's do."""
+
+    musaError = _MusaErrorCode
+
+    @staticmethod
+    def musaGetErrorString(error: int) -> str:  # noqa: N802 (runtime API spelling)
+        return _ERROR_TEXT.get(int(error), "unrecognized error code")
+
+    @staticmethod
+    def musaProfilerStart() -> _MusaErrorCode:  # noqa: N802
+        return _MusaErrorCode.success
+
+    @staticmethod
+    def musaProfilerStop() -> _MusaErrorCode:  # noqa: N802
+        return _MusaErrorCode.success
+
+    @staticmethod
+    def musaHostRegister(ptr: int, size: int, flags: int) -> _MusaErrorCode:  # noqa: N802
+        return _MusaErrorCode.success if ptr and size > 0 else _MusaErrorCode.invalidValue
+
+    @staticmethod
+    def musaHostUnregister(ptr: int) -> _MusaErrorCode:  # noqa: N802
+        return _MusaErrorCode.success if ptr else _MusaErrorCode.invalidValue
+
+    @staticmethod
+    def musaMemGetInfo(device: int) -> tuple[int, int]:  # noqa: N802
+        return torch.musa.mem_get_info(device)
+
+
+class _CudaMusart:
+    """CUDA's runtime module under musa's names (the cuda driver)."""
+
+    def __init__(self, cudart):
+        self._cudart = cudart
+
+    def __getattr__(self, name: str):
+        if name.startswith("musa"):
+            return getattr(self._cudart, "cuda" + name[4:])
+        raise AttributeError(f"the musa runtime API module has no attribute {name!r}")
+
+
+_musart_module: Any = None
+
+
+def musart():
+    """The musa runtime API module (torch.cuda.cudart's twin), after initialisation."""
+    global _musart_module
+    _lazy._lazy_init()
+    if _musart_module is None:
+        _musart_module = _CudaMusart(_cuda["cudart"]()) if _on_gpu() else _HostMusart()
+    return _musart_module
+
+
+class MusaError(RuntimeError):
+    """A musa runtime API call's error code, with its text."""
+
+    def __init__(self, code: int) -> None:
+        rt = musart()
+        msg = rt.musaGetErrorString(rt.musaError(code))
+        super().__init__(f"{msg} ({int(code)})")
+
+
+def check_error(res: int) -> None:
+    """Raise :class:`MusaError` unless ``res`` is the runtime's success code."""
+    if int(res) != int(musart().musaError.success):
+        raise MusaError(res)
+
+
+# ----------------------------------------------------------------------------- handles, TF32, IPC
+_blas = threading.local()
+
+
+def _host_handle(kind: str) -> int:
+    """The host driver's BLAS context for this thread and the current device: one
+    object per (thread, device), as cuBLAS handles are; the int is its identity."""
+    handles = _blas.__dict__.setdefault(kind, {})
+    idx = current_device()
+    if idx not in handles:
+        handles[idx] = object()
+    return id(handles[idx])
+
+
+def current_blas_handle() -> int:
+    """The current thread's BLAS handle on the current device (torch.cuda.current_blas_handle)."""
+    _lazy._lazy_init()
+    if _on_gpu():
+        with torch.cuda.device(current_device()):
+            return _cuda["current_blas_handle"]()
+    return _host_handle("blas")
+
+
+def current_blaslt_handle() -> int:
+    """The current thread's BLASLt handle on the current device (real torch_musa's name).
+    Under the cuda driver PyTorch keeps the cuBLASLt handle internal: this says so."""
+    _lazy._lazy_init()
+    if _on_gpu():
+        raise RuntimeError("current_blaslt_handle: PyTorch does not expose its cuBLASLt handle "
+                           "under the cuda driver; use current_blas_handle()")
+    return _host_handle("blaslt")
+
+
+def is_tf32_supported() -> bool:
+    """Whether the current device computes TF32 matmuls (MUSA arch >= 2.2, as bf16)."""
+    if not is_available():
+        return False
+    if _on_gpu():
+        return _cuda["is_tf32_supported"]()
+    return CONFIG.profile.arch >= 22
+
+
+def ipc_collect() -> None:
+    """Free device memory released by other processes' IPC handles. The host driver
+    shares no device memory between processes, so there is nothing to collect."""
+    _lazy._lazy_init()
+    if _on_gpu():
+        _cuda["ipc_collect"]()
+
+
+def amp_definitely_not_available() -> bool:
+    """True when autocast cannot run on musa (no device)."""
+    return not is_available()
+
+
+# ----------------------------------------------------------------------------- memory
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    """The fraction of the device's memory this process may use (set_per_process_memory_fraction)."""
+    _lazy._lazy_init()
+    return _C._get_memory_fraction(_get_device_index(device, optional=True))
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    """Pinned host memory statistics, nested ({"allocations": {"current": ...}, ...})."""
+    if not _lazy.is_initialized():
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in _C._host_memory_stats().items():
+        name, _, kind = key.partition(".")
+        number = value if name.endswith("_time") and kind not in ("count",) else int(value)
+        if kind:
+            out.setdefault(name, {})[kind] = number
+        else:
+            out[name] = number
+    return out
+
+
+def host_memory_stats() -> dict[str, Any]:
+    """Pinned (host) allocator statistics with torch.cuda.host_memory_stats' flat keys:
+    ``allocations.*``, ``allocated_bytes.*``, ``active_requests.*``, ``active_bytes.*``
+    ({current, peak, allocated, freed}), ``num_host_alloc``/``num_host_free`` and
+    ``host_alloc_time.*``/``host_free_time.*`` (microseconds)."""
+    flat: list[tuple[str, Any]] = []
+    for name, value in host_memory_stats_as_nested_dict().items():
+        if isinstance(value, dict):
+            flat += [(f"{name}.{k}", v) for k, v in value.items()]
+        else:
+            flat.append((name, value))
+    return collections.OrderedDict(sorted(flat))
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    """Restart the ``allocated``/``freed`` totals and the timings from zero."""
+    _C._reset_host_memory_stats(False)
+
+
+def reset_peak_host_memory_stats() -> None:
+    """Set every ``peak`` to its ``current`` value."""
+    _C._reset_host_memory_stats(True)
+
+
+def _set_allocator_settings(env: str) -> None:
+    """Apply allocator options given as PYTORCH_MUSA_ALLOC_CONF's text (CUDA's
+    ``_set_allocator_settings``); a bad option raises naming what is allowed."""
+    variable = VARIABLES["PYTORCH_MUSA_ALLOC_CONF"]
+    settings = variable.parse(env)
+    if _on_gpu():
+        torch.cuda.memory._set_allocator_settings(env)
+        return
+    if settings.others:
+        raise variable.error(env, f"unknown or malformed option {settings.others[0]!r}")
+    _C._set_allocator_settings(settings.max_split_size_bytes, settings.garbage_collection_threshold,
+                               list(settings.roundup_power2_divisions))
+
+
+# ----------------------------------------------------------------------------- RNG
+@contextlib.contextmanager
+def fork_rng(devices: Iterable[int] | None = None, enabled: bool = True,
+             _caller: str = "fork_rng", _devices_kw: str = "devices", device_type: str = "musa"):
+    """Fork the CPU and musa RNGs inside the block (torch.random.fork_rng on musa by default)."""
+    with torch.random.fork_rng(devices=devices, enabled=enabled, _caller=_caller,
+                               _devices_kw=_devices_kw, device_type=device_type):
+        yield
+
+
+__all__ = [
+    "_DeviceGuard", "_exchange_device", "_maybe_exchange_device", "_set_stream_by_id",
+    "musart", "MusaError", "check_error", "current_blas_handle", "current_blaslt_handle",
+    "is_tf32_supported", "ipc_collect", "amp_definitely_not_available",
+    "get_per_process_memory_fraction", "host_memory_stats", "host_memory_stats_as_nested_dict",
+    "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats",
+    "_set_allocator_settings", "fork_rng",
+]
