@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch_musa.amp
 import torch_musa.attention
 from torch_musa.attention import flash
-from torch_musa.testing.reference import reference_device
+from torch_musa.testing.reference import kernel_device
 
 torch_musa.amp.register()
 torch_musa.attention.register()
@@ -188,10 +188,10 @@ def test_priority_order_is_honoured():
     q, k, v = _qkv(1, 2, 2, 8, 8, 16, torch.float16)
     with sdpa_kernel([SDPBackend.MATH, SDPBackend.FLASH_ATTENTION], set_priority=True):
         choice = torch.ops.aten._fused_sdp_choice(q, k, v)
-        if reference_device() == "cpu":
+        if kernel_device() == "cpu":
             assert choice == int(SDPBackend.MATH)
         else:  # the cuda driver answers as the GPU's own rule does
-            ref = [t.to(reference_device()) for t in (q, k, v)]
+            ref = [t.to(kernel_device()) for t in (q, k, v)]
             assert choice == torch.ops.aten._fused_sdp_choice(*ref)
 
 

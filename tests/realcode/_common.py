@@ -1,10 +1,10 @@
 """The comparison every real-code test makes: a run on musa against the same run
 on the CPU device, started from the same seed.
 
-The reference is the device whose kernels and generator the driver runs
-(``REF``: the CPU under the host driver, where the default is bit-identity;
-``cuda`` under the cuda driver, see torch_musa.testing.reference). A test that
-allows more says why where it passes a tolerance.
+Under the host driver both devices run the same host kernels and musa draws the
+CPU's random numbers, so the default is bit-identity; under the cuda driver it is
+torch_musa.testing.reference's CPU tolerance (tests that need the CPU's random
+numbers say so). A test that allows more says why where it passes a tolerance.
 """
 from __future__ import annotations
 
@@ -14,17 +14,14 @@ import torch
 from torch import nn
 
 from torch_musa.testing import assert_close
-from torch_musa.testing.reference import reference_device, reference_tolerance
-
-#: The device a musa run is compared against.
-REF = reference_device()
+from torch_musa.testing.reference import cpu_tolerance
 
 
 def assert_same(actual, expected, what: str, *, atol: float | None = None,
-                rtol: float | None = None) -> None:
-    """``actual`` (any device) equals ``expected`` within atol/rtol (default: the
-    reference's, bit for bit under the host driver)."""
-    default = reference_tolerance()
+                rtol: float | None = None, dtype: torch.dtype = torch.float32) -> None:
+    """``actual`` (any device) equals ``expected`` within atol/rtol, at least the
+    driver's CPU tolerance for ``dtype`` (bit for bit under the host driver)."""
+    default = cpu_tolerance(dtype)
     atol = default["atol"] if atol is None else max(atol, default["atol"])
     rtol = default["rtol"] if rtol is None else max(rtol, default["rtol"])
     assert_close(actual, expected, atol=atol, rtol=rtol, check_device=False, equal_nan=True,

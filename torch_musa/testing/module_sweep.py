@@ -125,6 +125,15 @@ def _build(mi, ctor, dtype, training: bool, seed: int = SEED) -> torch.nn.Module
     return m.train(training)
 
 
+def _materialize_lazy(m, fwd) -> None:
+    """Initialize a lazy module's parameters on the CPU, without a forward (buffers
+    untouched). Only the host driver draws musa's initial weights from the CPU's
+    generator; elsewhere a first forward on musa would start from other weights."""
+    if isinstance(m, torch.nn.modules.lazy.LazyModuleMixin) and m.has_uninitialized_params():
+        torch.manual_seed(SEED)
+        m._infer_parameters(m, fwd[0], fwd[1])
+
+
 def _forward(m, fwd):
     torch.manual_seed(SEED)
     return m(*fwd[0], **fwd[1])
@@ -301,6 +310,8 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
                 case = f"[{mode}{', ' + mod_in.desc if mod_in.desc else ''}]"
                 try:
                     cpu = _build(mi, ctor, dtype, training)
+                    if CONFIG.driver != "host":
+                        _materialize_lazy(cpu, fwd)
                     dev = copy.deepcopy(cpu)  # lazy modules: moved before their first forward
                     ref = _forward(cpu, fwd)
                 except Exception as e:

@@ -118,16 +118,37 @@ def _nccl_backend(dist_opts, backend_options=None):
     return backend
 
 
+# init_process_group(device_id=musa:i) binds the group to musa:i, and the ProcessGroup
+# hands its bound device to each backend it registers; ProcessGroupNCCL knows only
+# CUDA devices (its guard, its tensor checks), and under the cuda driver musa:i is
+# cuda:i. These two wrappers give NCCL the CUDA name of the same device.
+
+def _as_cuda(device):
+    device = torch.device(device)
+    return torch.device("cuda", device.index) if device.type == "musa" else device
+
+
 def _connect_musa_as_cuda(connect):
-    """``init_process_group(device_id=musa:i)`` connects NCCL eagerly on that device;
-    NCCL's guard knows only CUDA, and under the cuda driver musa:i is cuda:i."""
     @functools.wraps(connect)
     def eager_connect_single_device(self, device=None):
-        if device is not None and torch.device(device).type == "musa":
-            device = torch.device("cuda", torch.device(device).index)
-        return connect(self, device)
+        return connect(self, None if device is None else _as_cuda(device))
     eager_connect_single_device.__wrapped_for_musa__ = True
     return eager_connect_single_device
+
+
+def _register_nccl_bound_to_cuda(register):
+    @functools.wraps(register)
+    def _register_backend(self, device, backend_type, backend=None):
+        bound = self.bound_device_id
+        if bound is None or bound.type != "musa" or not isinstance(backend, dist.ProcessGroupNCCL):
+            return register(self, device, backend_type, backend)
+        self.bound_device_id = _as_cuda(bound)
+        try:
+            return register(self, device, backend_type, backend)
+        finally:
+            self.bound_device_id = bound
+    _register_backend.__wrapped_for_musa__ = True
+    return _register_backend
 
 
 def _create_backend(dist_opts, backend_options=None):
@@ -145,9 +166,10 @@ def install():
         torch.ops.mccl.set_alias_device("cuda" if CUDA_ALIASES else "cpu", True)
     kernels.register()
     nccl = getattr(dist, "ProcessGroupNCCL", None)
-    connect = getattr(nccl, "eager_connect_single_device", None)
-    if connect is not None and not hasattr(connect, "__wrapped_for_musa__"):
-        nccl.eager_connect_single_device = _connect_musa_as_cuda(connect)
+    if nccl is not None and not hasattr(nccl.eager_connect_single_device, "__wrapped_for_musa__"):
+        nccl.eager_connect_single_device = _connect_musa_as_cuda(nccl.eager_connect_single_device)
+        pg = dist.ProcessGroup
+        pg._register_backend = _register_nccl_bound_to_cuda(pg._register_backend)
     if "mccl" not in dist.Backend.backend_list:
         dist.Backend.register_backend("mccl", _create_backend, extended_api=True, devices=["musa"])
     return True
