@@ -175,7 +175,11 @@ def test_held_work_answers_cpp_and_python_alike():
     works.fail(fut, errors, mccl.MCCLError("mccl broadcast: peer went away"))
     w = dist.Work.unbox(works.held(Failing(fut)))
     assert w.is_completed() and not w.is_success() and w.result() == []
-    assert "peer went away" in str(w.exception())
+    if torch.torch_version.TorchVersion(torch.__version__) >= (2, 13):
+        assert "peer went away" in str(w.exception())
+    else:  # torch 2.11 binds Work.exception() with no converter for its std::exception_ptr
+        with pytest.raises(TypeError, match="exception_ptr"):
+            w.exception()
     with pytest.raises(mccl.MCCLError, match="mccl broadcast"):
         w.wait()
     for f in (fut, w.get_future(), _C_work_future(w)):  # the Python future and C++'s view of it
