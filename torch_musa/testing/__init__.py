@@ -30,6 +30,7 @@ from .comparators import (
     assert_allclose,
     assert_close,
 )
+from .common_utils import assert_equal, cpu_and_musa, freeze_rng_state, get_cycles_per_ms, needs_musa
 from .compile import CompileCounter
 from .decorators import (
     MULTIGPU_AVAILABLE,
@@ -66,5 +67,6 @@ __all__ = [
     "tolerance", "double_cast_active",
     "test_on_nonzero_card_if_multiple_musa_device", "skip_if_not_multiple_musa_device",
     "skip_if_musa_unavailable", "MULTIGPU_AVAILABLE", "MUSA_AVAILABLE", "gen_ip_port",
-    "CompileCounter",
+    "CompileCounter", "get_cycles_per_ms", "freeze_rng_state", "cpu_and_musa", "needs_musa",
+    "assert_equal",
 ]

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
-from .ports import free_port_block
+from .ports import _bindable, free_port_block
 
 __all__ = [
     "MUSA_AVAILABLE",
@@ -57,7 +58,26 @@ def test_on_nonzero_card_if_multiple_musa_device(musa_device: int):
 test_on_nonzero_card_if_multiple_musa_device.__test__ = False
 
 
+#: Where gen_ip_port keeps its choice: "host:port:pid of the process that chose it".
+#: Spawned processes inherit the environment, so every rank reads the same pair.
+_PORT_ENV = "TORCH_MUSA_TESTING_RENDEZVOUS"
+
+
 def gen_ip_port() -> tuple[str, str]:
-    """A (host, port) pair, as strings, for a local rendezvous: a port free now and
-    outside the range the OS hands out to other sockets (see ``ports``)."""
-    return "127.0.0.1", str(free_port_block())
+    """A (host, port) pair, as strings, for a local rendezvous, the same in every
+    process spawned from this one (as the real torch_musa's, whose pair is fixed for
+    a while, so that ranks that each call it meet on one port).
+
+    The process that chooses keeps its port while the port is free when asked again
+    (a finished group released it); a port taken since is replaced by a fresh one,
+    outside the range the OS hands out to other sockets (see ``ports``).
+    """
+    saved = os.environ.get(_PORT_ENV, "")
+    parts = saved.split(":")
+    if len(parts) == 3 and parts[1].isdigit():
+        host, port, owner = parts
+        if owner != str(os.getpid()) or _bindable(int(port)):
+            return host, port
+    host, port = "127.0.0.1", str(free_port_block())
+    os.environ[_PORT_ENV] = f"{host}:{port}:{os.getpid()}"
+    return host, port
