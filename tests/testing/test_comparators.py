@@ -145,3 +145,23 @@ def test_assert_allclose():
     assert_allclose(torch.tensor([1, 2]), torch.tensor([1.0, 2.0]))
     with pytest.raises(AssertionError):
         assert_allclose(x, [1.0, 2.5, float("nan")])
+
+
+def test_comparison_is_chunked_and_finds_the_worst_across_chunks(monkeypatch):
+    """Values are compared a chunk at a time (float64 temporaries stay chunk-sized);
+    counts and the worst element come out as with one chunk."""
+    a = torch.zeros(1000)
+    b = a.clone()
+    b[3], b[998] = 0.5, 2.0
+    whole = DefaultComparator(abs_diff=0.1).mismatch(b, a)
+    monkeypatch.setattr(Comparator, "_CHUNK", 64)
+    seen = []
+    original = Comparator._chunk_mismatch
+    monkeypatch.setattr(Comparator, "_chunk_mismatch",
+                        lambda self, x, y: seen.append(x.numel()) or original(self, x, y))
+    chunked = DefaultComparator(abs_diff=0.1).mismatch(b, a)
+    assert chunked == whole and "2 of 1000 elements differ" in chunked
+    assert "index (998,)" in chunked and max(seen) == 64 and sum(seen) == 1000
+    big = torch.zeros(3_000_000, dtype=torch.uint8)  # identical: no float64 at all
+    seen.clear()
+    assert BooleanComparator()(big, big.clone()) and seen == []

@@ -148,65 +148,91 @@ class Comparator:
             return f"values differ: {rl}={result!r} {gl}={golden!r}"
         return None
 
+    #: Elements compared at a time: float64 temporaries stay this small however
+    #: large the tensors are (a 12146x256x7x7 uint8 comparison needed 9 GB at once).
+    _CHUNK = 1 << 20
+
     def _value_mismatch(self, result, golden, rl, gl) -> str | None:
         if result.numel() == 0:
             return None
-        a, e = _as_float64(result), _as_float64(golden)
-        shape = tuple(a.shape)
-        a, e = a.reshape(-1), e.reshape(-1)
+        legacy = self._elementwise(torch.zeros(1, dtype=torch.float64),
+                                   torch.zeros(1, dtype=torch.float64)) is None
+        if legacy:
+            if self._comparator is None:
+                raise NotImplementedError("Comparator is not implemented by a subclass")
+            if not callable(self._comparator):
+                raise TypeError("self._comparator must be a callable type")
+        if (result.dtype == golden.dtype and result.shape == golden.shape
+                and not result.is_complex() and torch.equal(result, golden)):
+            return None  # identical, compared in the inputs' own dtype
+        if legacy and bool(self._comparator(result, golden)):
+            return None  # a legacy comparator callable decides for the whole tensor
+        ra = torch.view_as_real(result.resolve_conj()) if result.is_complex() else result
+        ga = torch.view_as_real(golden.resolve_conj()) if golden.is_complex() else golden
+        shape = tuple(ra.shape)
+        ra, ga = ra.reshape(-1), ga.reshape(-1)
+        total = ra.numel()
+        n_bad = 0
+        worst = None  # (score, flat index, result value, golden value, allowed or None, finite)
+        for lo in range(0, total, self._CHUNK):
+            chunk = self._chunk_mismatch(ra[lo:lo + self._CHUNK], ga[lo:lo + self._CHUNK])
+            if chunk is None:
+                continue
+            count, score, i, av, ev, allowed, finite = chunk
+            n_bad += count
+            if worst is None or score > worst[0]:
+                worst = (score, lo + i, av, ev, allowed, finite)
+        if n_bad == 0:
+            return None
+        _, flat, av, ev, allowed, finite = worst
+        idx = _index(flat, shape)
+        abs_err = abs(av - ev) if not (math.isnan(av) or math.isnan(ev)) else math.nan
+        rel = abs_err / abs(ev) if ev not in (0.0,) and not math.isnan(abs_err) else math.inf
+        if abs_err == 0:
+            rel = 0.0
+        lines = [
+            f"{n_bad} of {total} elements differ ({100.0 * n_bad / total:.3g}%)",
+            f"worst at index {idx}: {rl}={_fmt(av)} {gl}={_fmt(ev)} "
+            f"abs error={_fmt(abs_err)} rel error={_fmt(rel)}",
+            f"tolerance: {self._tolerance_text()}"
+            + (f"; allowed here {_fmt(allowed)}" if not legacy and finite else ""),
+        ]
+        if result.is_complex():
+            lines.append("(complex values compared as (real, imag) pairs: the last index "
+                         "selects the part)")
+        return "\n  ".join(lines)
+
+    def _chunk_mismatch(self, ra: torch.Tensor, ga: torch.Tensor):
+        """One chunk's (bad count, worst score, its index, both values, allowed, finite),
+        or None when the chunk matches. Values in float64, a chunk at a time."""
+        a, e = ra.to(torch.float64), ga.to(torch.float64)
         nan_a, nan_e = torch.isnan(a), torch.isnan(e)
         both_nan = nan_a & nan_e
         inf_any = torch.isinf(a) | torch.isinf(e)
         finite = ~(nan_a | nan_e | inf_any)
-        bad = torch.zeros_like(a, dtype=torch.bool)
-        bad |= nan_a ^ nan_e
+        bad = nan_a ^ nan_e
         if not self._equal_nan:
             bad |= both_nan
         bad |= inf_any & ~(nan_a | nan_e) & (a != e)
         err = torch.zeros_like(a)
         allowed = torch.zeros_like(a)
         ea = self._elementwise(a[finite], e[finite])
-        if ea is None:  # a legacy comparator callable decides for the whole tensor
-            if self._comparator is None:
-                raise NotImplementedError("Comparator is not implemented by a subclass")
-            if not callable(self._comparator):
-                raise TypeError("self._comparator must be a callable type")
-            if bool(self._comparator(result, golden)):
-                return None
+        if ea is None:  # the legacy comparator already failed the tensor
             err[finite] = (a[finite] - e[finite]).abs()
             bad |= finite & (err > 0)
-            if not bool(bad.any()):
-                bad |= finite
         else:
             err[finite], allowed[finite] = ea
             bad |= finite & ~(err <= allowed)
-        n_bad = int(bad.sum())
-        if n_bad == 0:
+        count = int(bad.sum())
+        if count == 0:
             return None
         err = torch.where(bad & ~finite, torch.full_like(err, math.inf), err)
         # worst: the largest error beyond what is allowed
         score = torch.where(bad, err - allowed, torch.full_like(err, -math.inf))
         score = torch.nan_to_num(score, nan=math.inf, posinf=math.inf)
-        worst = int(torch.argmax(score))
-        idx = _index(worst, shape)
-        av, ev = a[worst].item(), e[worst].item()
-        abs_err = abs(av - ev) if not (math.isnan(av) or math.isnan(ev)) else math.nan
-        rel = abs_err / abs(ev) if ev not in (0.0,) and not math.isnan(abs_err) else math.inf
-        if abs_err == 0:
-            rel = 0.0
-        total = a.numel()
-        lines = [
-            f"{n_bad} of {total} elements differ ({100.0 * n_bad / total:.3g}%)",
-            f"worst at index {idx}: {rl}={_fmt(av)} {gl}={_fmt(ev)} "
-            f"abs error={_fmt(abs_err)} rel error={_fmt(rel)}",
-            f"tolerance: {self._tolerance_text()}"
-            + (f"; allowed here {_fmt(allowed[worst].item())}" if ea is not None
-               and finite[worst] else ""),
-        ]
-        if result.is_complex():
-            lines.append("(complex values compared as (real, imag) pairs: the last index "
-                         "selects the part)")
-        return "\n  ".join(lines)
+        i = int(torch.argmax(score))
+        return (count, float(score[i]), i, a[i].item(), e[i].item(),
+                None if ea is None else allowed[i].item(), bool(finite[i]))
 
 
 class DefaultComparator(Comparator):
