@@ -34,4 +34,5 @@ def configure() -> None:
     )
     if CONFIG.driver != "cuda":  # the cuda driver's allocator is CUDA's, configured through its variable
         _C._set_allocator_settings(CONFIG.allocator.max_split_size_bytes,
-                                   CONFIG.allocator.garbage_collection_threshold)
+                                   CONFIG.allocator.garbage_collection_threshold,
+                                   list(CONFIG.allocator.roundup_power2_divisions))

@@ -13,7 +13,8 @@ from collections.abc import Mapping, MutableMapping
 import torch
 
 from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
-from torch_musa.config.variables import VARIABLES, AllocatorSettings, split_alloc_conf, visible_devices
+from torch_musa.config.variables import (VARIABLES, AllocatorSettings, alloc_conf_error, split_alloc_conf,
+                                         visible_devices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +102,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
     else:
         if allocator.others:  # the cuda driver passes them on to CUDA's allocator
             raise VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].error(
-                view["PYTORCH_MUSA_ALLOC_CONF"], f"unknown or malformed option {allocator.others[0]!r}")
+                view["PYTORCH_MUSA_ALLOC_CONF"], alloc_conf_error(allocator.others[0]))
         profile = PROFILES[value["TORCH_MUSA_PROFILE"]]
         physical = visible_devices(value["MUSA_VISIBLE_DEVICES"], profile.num_devices)
     capacity = value["TORCH_MUSA_DEVICE_MEMORY"]

@@ -155,47 +155,124 @@ class DeviceList:
 
 @dataclasses.dataclass(frozen=True)
 class AllocatorSettings:
-    """PYTORCH_MUSA_ALLOC_CONF: the options musa's caching allocator takes, and the rest
-    (passed on to CUDA's allocator under the cuda driver, an error on the host driver)."""
+    """PYTORCH_MUSA_ALLOC_CONF: the options musa's caching allocator takes (CUDA's names and
+    meanings), and the rest (passed on to CUDA's allocator under the cuda driver, an error on
+    the host driver)."""
     text: str = ""
     max_split_size_bytes: int = 0  # 0: no limit
     garbage_collection_threshold: float = 0.0  # 0: off
+    # Divisions per power-of-two interval of sizes, from 1 MiB up (16 intervals; 0: 512-byte steps).
+    roundup_power2_divisions: tuple[int, ...] = (0,) * 16
     others: tuple[str, ...] = ()
 
 
-_ALLOC_OPTIONS = ("max_split_size_mb", "garbage_collection_threshold")
+_ALLOC_OPTIONS = ("max_split_size_mb", "garbage_collection_threshold", "roundup_power2_divisions",
+                  "expandable_segments")
+
+
+def _alloc_items(spec: str) -> list[str]:
+    """Comma-separated items, a comma inside [...] (roundup_power2_divisions' list) kept."""
+    items, depth, cur = [], 0, ""
+    for ch in spec:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth <= 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
+    return [s.strip() for s in items if s.strip()]
 
 
 def split_alloc_conf(spec: str) -> tuple[list[str], list[str]]:
-    """The items of an allocator configuration musa's allocator knows, and the others."""
+    """The items of an allocator configuration musa's allocator knows, and the others.
+    expandable_segments:True is among the others: only CUDA's allocator (the cuda driver)
+    grows segments in place."""
     known, others = [], []
-    for item in filter(None, (s.strip() for s in spec.split(","))):
-        key, sep, _ = item.partition(":")
-        (known if sep and key.strip() in _ALLOC_OPTIONS else others).append(item)
+    for item in _alloc_items(spec):
+        key, sep, value = (s.strip() for s in item.partition(":"))
+        ok = sep and key in _ALLOC_OPTIONS and not (key == "expandable_segments" and value.lower() == "true")
+        (known if ok else others).append(item)
     return known, others
 
 
+def alloc_conf_error(option: str) -> str:
+    """Why the host driver refuses an option of PYTORCH_MUSA_ALLOC_CONF."""
+    why = f"unknown or malformed option {option!r}"
+    if option.partition(":")[0].strip() == "expandable_segments":
+        why += (" (expandable_segments:True is not available on the host driver: its segments are "
+                "host memory blocks that cannot grow in place; the cuda driver passes it to CUDA)")
+    return why
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _divisions(value: str) -> tuple[int, ...]:
+    """roundup_power2_divisions, read as CUDA reads it: N (a power of two, every interval), or
+    [256:1,512:2,>:4] (interval starts in MiB, powers of two; the first value also covers the
+    intervals below it, `>` the ones above the last named; values powers of two or 0)."""
+    def division(text: str, zero_ok: bool = True) -> int:
+        n = int(text)
+        if not (_power_of_two(n) or (zero_ok and n == 0)):
+            raise ValueError(text)
+        return n
+
+    if not value.startswith("["):
+        return (division(value, zero_ok=False),) * 16
+    if not value.endswith("]"):
+        raise ValueError(value)
+    out = [0] * 16
+    last, first = 0, True
+    for part in filter(None, (p.strip() for p in value[1:-1].split(","))):
+        size, _, div = (p.strip() for p in part.partition(":"))
+        d = division(div)
+        if size == ">":
+            out[last + 1:] = [d] * (15 - last)
+            continue
+        mb = int(size)
+        if not _power_of_two(mb):
+            raise ValueError(size)
+        index = min(mb.bit_length() - 1, 15)
+        if first:
+            out[:index] = [d] * index
+            first = False
+        out[index] = d
+        last = index
+    return tuple(out)
+
+
 class AllocConf:
-    allowed = "comma-separated max_split_size_mb:N (an integer > 1) and garbage_collection_threshold:X (0 < X < 1)"
-    brief = "`max_split_size_mb:N`, `garbage_collection_threshold:X`"
+    allowed = ("comma-separated max_split_size_mb:N (an integer > 1), garbage_collection_threshold:X "
+               "(0 < X < 1), roundup_power2_divisions:N or [MiB:N,...,>:N] (N a power of two or 0), "
+               "expandable_segments:False (True under the cuda driver)")
+    brief = ("`max_split_size_mb:N`, `garbage_collection_threshold:X`, `roundup_power2_divisions:N`, "
+             "`expandable_segments:False`")
 
     def parse(self, text: str) -> AllocatorSettings:
         known, others = split_alloc_conf(text)
-        max_split, gc = 0, 0.0
+        max_split, gc, divisions = 0, 0.0, (0,) * 16
         for item in known:
             key, _, value = (s.strip() for s in item.partition(":"))
             try:
                 if key == "max_split_size_mb":
                     max_split = int(value) << 20
                     ok = max_split > (1 << 20)
-                else:
+                elif key == "garbage_collection_threshold":
                     gc = float(value)
                     ok = 0.0 < gc < 1.0
+                elif key == "roundup_power2_divisions":
+                    divisions = _divisions(value)
+                    ok = True
+                else:  # expandable_segments: True is among the others
+                    ok = value.lower() == "false"
             except ValueError:
                 ok = False
             if not ok:
                 raise Invalid(f"bad value in {item!r}")
-        return AllocatorSettings(text.strip(), max_split, gc, tuple(others))
+        return AllocatorSettings(text.strip(), max_split, gc, divisions, tuple(others))
 
 
 # ----------------------------------------------------------------------------- declarations

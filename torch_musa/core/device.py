@@ -91,10 +91,10 @@ class device_of(device):
 
 
 def synchronize(device: _device_t = None) -> None:
-    """Wait for all work queued on every stream of ``device``."""
+    """Wait for all work queued on every stream of ``device`` (Ctrl-C interrupts the wait)."""
     _lazy._lazy_init()
     idx = _get_device_index(device, optional=True)
-    torch.accelerator.synchronize(idx)
+    _C._synchronize_device(idx)
 
 
 @dataclasses.dataclass(frozen=True)

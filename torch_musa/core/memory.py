@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 import collections
+import contextlib
+import ctypes
+import inspect
+import pickle
+import sys
+import threading
 from typing import Any
 
 import torch
@@ -98,13 +104,6 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     _C._set_memory_fraction(fraction, idx)
 
 
-def memory_snapshot() -> list[dict[str, Any]]:
-    """Every segment the allocator holds, with its blocks."""
-    if CONFIG.driver == "cuda":  # musa memory is CUDA's caching allocator there (musa:i is cuda:i)
-        return torch.cuda.memory_snapshot()
-    return _C._memory_snapshot()
-
-
 def _format_size(n: int) -> str:
     for unit in ("B ", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
@@ -143,3 +142,268 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
                f"Device allocs: {stats['num_device_alloc']}   Device frees: {stats['num_device_free']}")
     out.append(line)
     return "\n".join(out) + "\n"
+
+
+def memory_stats_all() -> dict[str, int]:
+    """memory_stats of every device added together (peaks: the highest), as torch_musa's."""
+    total: dict[str, int] = collections.defaultdict(int)
+    for d in range(torch.musa.device_count()):
+        for k, v in memory_stats(d).items():
+            total[k] = max(total[k], v) if k.endswith(".peak") else total[k] + v
+    return dict(total)
+
+
+# ----------------------------------------------------------------------------- raw allocations
+def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -> int:
+    """``size`` bytes of musa memory for another framework, freed by caching_allocator_delete."""
+    _lazy._lazy_init()
+    idx = torch.musa.current_device() if device is None else _get_device_index(device)
+    if stream is None:
+        stream = torch.musa.current_stream(idx)
+    if isinstance(stream, torch.Stream):
+        stream = stream.stream_id
+    if not isinstance(stream, int):
+        raise TypeError("Invalid type for stream argument, must be `torch.musa.Stream` or `int` "
+                        "representing a stream id")
+    return _C._raw_alloc(int(size), idx, stream)
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Free memory from caching_allocator_alloc (its device and stream are remembered)."""
+    _C._raw_delete(int(mem_ptr))
+
+
+# ----------------------------------------------------------------------------- history and snapshots
+def _cuda_driver() -> bool:
+    """Under the cuda driver musa memory is CUDA's caching allocator (musa:i is cuda:i), so
+    snapshots, history and pools are torch.cuda's."""
+    return CONFIG.driver == "cuda"
+
+
+def memory_snapshot(mempool_id: tuple[int, int] | None = None, include_traces: bool = True) -> list[dict[str, Any]]:
+    """Every segment the allocator holds (of one pool with ``mempool_id``), with its blocks."""
+    if _cuda_driver():
+        return torch.cuda.memory_snapshot(mempool_id, include_traces=include_traces)
+    pool = None if mempool_id is None else tuple(mempool_id)
+    return _C._memory_snapshot(pool, include_traces)["segments"]
+
+
+def _record_memory_history_legacy(enabled: bool, record_context: bool = True,
+                                  trace_alloc_max_entries: int = 1,
+                                  trace_alloc_record_context: bool = False, device: Any = None,
+                                  record_context_cpp: bool = False, clear_history: bool = False,
+                                  compile_context: bool = False,
+                                  global_record_annotations: bool = False,
+                                  skip_actions: list[str] | None = None) -> None:
+    if not enabled:
+        return _record_memory_history_impl(None, clear_history=clear_history)
+    context = ("all" if trace_alloc_record_context else "state") if record_context else None
+    return _record_memory_history_impl(
+        "all" if trace_alloc_max_entries > 1 else "state", context,
+        "all" if record_context_cpp else "python", max(trace_alloc_max_entries, 1), device,
+        clear_history, compile_context, global_record_annotations, skip_actions)
+
+
+def _record_memory_history(enabled: str | bool | None = "all", *args, **kwargs) -> None:
+    """Record stacks of live allocations (``"state"``) and a history of alloc/free calls
+    (``"all"``) for _snapshot() and torch.cuda._memory_viz; ``None`` stops. Arguments as
+    torch.cuda.memory._record_memory_history (context, stacks, max_entries, clear_history,
+    skip_actions); the boolean form is the legacy one."""
+    if isinstance(enabled, bool):
+        return _record_memory_history_legacy(enabled, *args, **kwargs)
+    return _record_memory_history_impl(enabled, *args, **kwargs)
+
+
+def _record_memory_history_impl(enabled: str | None = "all", context: str | None = "all",
+                                stacks: str = "all", max_entries: int = sys.maxsize,
+                                device: Any = None, clear_history: bool = False,
+                                compile_context: bool = False,
+                                global_record_annotations: bool = False,
+                                skip_actions: list[str] | None = None) -> None:
+    if _cuda_driver():
+        return torch.cuda.memory._record_memory_history(
+            enabled, context=context, stacks=stacks, max_entries=max_entries,
+            clear_history=clear_history, compile_context=compile_context,
+            global_record_annotations=global_record_annotations, skip_actions=skip_actions)
+    _lazy._lazy_init()
+    _C._record_memory_history(enabled, context, stacks, min(int(max_entries), sys.maxsize),
+                              clear_history, list(skip_actions or []))
+
+
+_record_memory_history.__signature__ = inspect.signature(_record_memory_history_impl)  # type: ignore[attr-defined]
+
+
+def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
+    """The allocator's state in torch.cuda.memory._snapshot()'s format: ``segments`` (with
+    blocks and their frames) and ``device_traces`` (one list of actions per device)."""
+    if _cuda_driver():
+        return torch.cuda.memory._snapshot(device, augment_with_fx_traces)
+    s = _C._memory_snapshot(None, True)
+    if augment_with_fx_traces:
+        s = torch.cuda.memory._augment_memory_snapshot_stack_traces(s)
+    return s
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
+    """Pickle _snapshot() to ``filename`` (open it at pytorch.org/memory_viz)."""
+    s = _snapshot(augment_with_fx_traces=augment_with_fx_traces)
+    with open(filename, "wb") as f:
+        pickle.dump(s, f)
+
+
+def _save_segment_usage(filename: str = "output.svg", snapshot: dict | None = None) -> None:
+    from torch.cuda import _memory_viz
+    with open(filename, "w") as f:
+        f.write(_memory_viz.segments(_snapshot() if snapshot is None else snapshot))
+
+
+def _save_memory_usage(filename: str = "output.svg", snapshot: dict | None = None) -> None:
+    from torch.cuda import _memory_viz
+    with open(filename, "w") as f:
+        f.write(_memory_viz.memory(_snapshot() if snapshot is None else snapshot))
+
+
+# ----------------------------------------------------------------------------- allocators
+def get_allocator_backend() -> str:
+    """``native`` (the caching allocator) or ``pluggable`` (a MUSAPluggableAllocator)."""
+    if _cuda_driver():
+        return torch.cuda.get_allocator_backend()
+    return _C._allocator_backend()
+
+
+class _MUSAAllocator:
+    """Wrapper over a musa memory allocator (``torch.cuda.memory._CUDAAllocator``'s mirror)."""
+
+    def __init__(self, allocator: Any):
+        self._allocator = allocator
+
+    def allocator(self) -> Any:
+        return self._allocator
+
+
+class MUSAPluggableAllocator(_MUSAAllocator):
+    """A user's malloc/free from a shared library, as CUDAPluggableAllocator:
+    ``void* alloc(ssize_t size, int device, void* stream)`` and
+    ``void free(void* ptr, ssize_t size, int device, void* stream)`` (``stream``: the stream
+    id). Make it current with change_current_allocator, or give it to a MemPool."""
+
+    def __init__(self, path_to_so_file: str, alloc_fn_name: str, free_fn_name: str):
+        lib = ctypes.CDLL(path_to_so_file)
+        alloc_fn = ctypes.cast(getattr(lib, alloc_fn_name), ctypes.c_void_p).value
+        free_fn = ctypes.cast(getattr(lib, free_fn_name), ctypes.c_void_p).value
+        if alloc_fn is None or free_fn is None:
+            raise AssertionError(f"{path_to_so_file}: {alloc_fn_name} or {free_fn_name} is NULL")
+        self._lib = lib  # keeps the library loaded
+        self._allocator = _C._musa_customAllocator(alloc_fn, free_fn)
+
+
+def change_current_allocator(allocator: _MUSAAllocator) -> None:
+    """Make ``allocator`` serve all musa memory; only before the first musa allocation."""
+    if _cuda_driver():
+        raise RuntimeError("torch.musa.memory.change_current_allocator: under the cuda driver musa "
+                           "memory is CUDA's allocator; use torch.cuda.memory.change_current_allocator "
+                           "with a CUDAPluggableAllocator")
+    _C._musa_changeCurrentAllocator(allocator.allocator())
+
+
+# ----------------------------------------------------------------------------- memory pools
+def _raw_allocator(allocator: Any) -> Any:
+    if allocator is None:
+        return None
+    return allocator.allocator() if isinstance(allocator, _MUSAAllocator) else allocator
+
+
+class MemPool:
+    """A private pool of the caching allocator, as torch.cuda.MemPool: allocations made
+    under use_mem_pool(pool) come from (and are cached in) this pool only.
+
+    ``allocator``: a MUSAPluggableAllocator whose malloc/free make this pool's segments;
+    ``use_on_oom``: other allocations may use its free blocks before failing;
+    ``no_split``: its blocks are never split.
+    """
+
+    def __init__(self, allocator: Any = None, use_on_oom: bool = False, no_split: bool = False):
+        _lazy._lazy_init()
+        self._device = torch.musa.current_device()
+        self._allocator = allocator
+        self._id = tuple(_C._mempool_new_id(True))
+        _C._mempool_create(self._device, self._id, _raw_allocator(allocator), use_on_oom, no_split)
+
+    @property
+    def id(self) -> tuple[int, int]:
+        """The pool's id, ``(0, n)`` for user pools (graph pools are ``(n, 0)``)."""
+        return self._id
+
+    @property
+    def allocator(self) -> Any:
+        return self._allocator
+
+    def use_count(self) -> int:
+        """How many users hold the pool (1, plus one per open use_mem_pool)."""
+        return _C._mempool_use_count(self._device, self._id)
+
+    def snapshot(self, include_traces: bool = True) -> list[dict[str, Any]]:
+        """memory_snapshot() of this pool's segments only."""
+        return memory_snapshot(self._id, include_traces=include_traces)
+
+    def __del__(self) -> None:
+        try:
+            _C._musa_releasePool(self._device, self._id)
+            _C._empty_cache_pool(self._id)
+        except Exception:  # interpreter shutdown, or a failed __init__
+            pass
+
+
+class MemPoolContext:
+    """Makes ``pool`` the active pool of this thread while it lives (or inside ``with``):
+    musa allocations of the thread come from it. ``active_pool()`` names it."""
+
+    _active = threading.local()
+
+    def __init__(self, pool: MemPool, device: Any = None):
+        self._pool = pool
+        self._device = torch.musa.current_device() if device is None else _get_device_index(device)
+        self._prev = getattr(MemPoolContext._active, "pool", None)
+        self._open = True
+        MemPoolContext._active.pool = pool
+        _C._musa_beginAllocateCurrentThreadToPool(self._device, pool.id)
+
+    @staticmethod
+    def active_pool() -> MemPool | None:
+        return getattr(MemPoolContext._active, "pool", None)
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            MemPoolContext._active.pool = self._prev
+            _C._musa_endAllocateToPool(self._device, self._pool.id)
+            _C._musa_releasePool(self._device, self._pool.id)
+
+    def __enter__(self) -> "MemPoolContext":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool: MemPool, device: Any = None):
+    """Route this thread's musa allocations on ``device`` to ``pool`` inside the block."""
+    ctx = MemPoolContext(pool, device)
+    try:
+        yield
+    finally:
+        ctx.close()
+
+
+if _cuda_driver():  # CUDA's allocator serves musa memory there: its pools are musa's
+    MemPool = torch.cuda.MemPool  # type: ignore[misc,assignment]  # noqa: F811
+    use_mem_pool = torch.cuda.use_mem_pool  # type: ignore[assignment]  # noqa: F811
+    if hasattr(torch.cuda, "MemPoolContext"):
+        MemPoolContext = torch.cuda.MemPoolContext  # type: ignore[misc,assignment]  # noqa: F811

@@ -39,6 +39,10 @@ class Stream(torch.Stream):
         event.record(stream)
         event.wait(self)
 
+    def synchronize(self) -> None:
+        """Wait for the work queued on this stream (Ctrl-C interrupts the wait)."""
+        _C._synchronize_stream(self.device_index, self.stream_id)
+
     def record_event(self, event: "Event | None" = None) -> "Event":
         if event is None:
             event = Event()
@@ -102,7 +106,8 @@ class Event:
         return self._event.query()
 
     def synchronize(self) -> None:
-        self._event.synchronize()
+        """Wait until the event has completed (Ctrl-C interrupts the wait)."""
+        _C._synchronize_event(self._event.event_id)
 
     def elapsed_time(self, end_event: "Event | torch.Event") -> float:
         """Milliseconds between this event and ``end_event`` (both recorded, timing on)."""

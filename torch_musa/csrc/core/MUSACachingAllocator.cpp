@@ -1,12 +1,18 @@
 // The host driver's device memory: a caching allocator over the driver, the
 // redirect that makes host kernels allocate from its pools, and the choice
-// between it and a driver's own allocator (DriverAllocator.cpp).
+// between it, a driver's own allocator (DriverAllocator.cpp) and a user's.
 //
-// Sizes are rounded to classes (512 B
-// steps up to 1 MiB, then eight classes per doubling), freed blocks wait in a
-// per-device cache for a request of the same class, and `empty_cache` hands
-// them back to the driver. Statistics follow PyTorch's DeviceStats so that
-// torch.musa.memory_* and torch.accelerator.memory_* read them unchanged.
+// It follows CUDA's caching allocator so that sizes and statistics read the
+// same: requests round up to 512 bytes (or to a power-of-two division with
+// roundup_power2_divisions); requests up to 1 MiB come from 2 MiB segments of
+// the small pool, larger ones from the large pool (segments of 20 MiB for
+// requests under 10 MiB, else the request rounded up to 2 MiB); a free block
+// larger than the request is split and the rest stays cached; freed blocks
+// merge with free neighbours; empty_cache returns whole free segments to the
+// driver. Blocks of max_split_size or more are never split. Private pools
+// (MemPool, graph capture) hold their own segments. Statistics follow
+// PyTorch's DeviceStats so torch.musa.memory_* and torch.accelerator.memory_*
+// read them unchanged; with history on, blocks and a trace carry stacks.
 #include "core/MUSACachingAllocator.h"
 
 #include "core/Device.h"
@@ -14,13 +20,18 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <iomanip>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 
 namespace torch_musa {
@@ -32,14 +43,12 @@ using c10::CachingDeviceAllocator::DeviceStats;
 
 namespace {
 
-constexpr size_t kSmallLimit = size_t(1) << 20;
-
-size_t size_class(size_t n) {
-  if (n <= kSmallLimit) return ((n + 511) / 512) * 512;
-  size_t msb = size_t(1) << (63 - __builtin_clzll(n));
-  size_t step = std::max<size_t>(msb / 8, 64 * 1024);
-  return ((n + step - 1) / step) * step;
-}
+constexpr size_t kMinBlockSize = 512;          // every size rounds to a multiple
+constexpr size_t kSmallSize = size_t(1) << 20;  // largest small-pool request
+constexpr size_t kSmallBuffer = 2 * kSmallSize; // small-pool segment
+constexpr size_t kMinLargeAlloc = 10 * kSmallSize;  // below: a 20 MiB segment
+constexpr size_t kLargeBuffer = 20 * kSmallSize;
+constexpr size_t kRoundLarge = 2 * kSmallSize;  // large segments round to 2 MiB
 
 std::string format_size(size_t bytes) {
   std::ostringstream os;
@@ -51,31 +60,136 @@ std::string format_size(size_t bytes) {
   return os.str();
 }
 
+struct BlockPool;
+struct PrivatePool;
+
 struct Block {
-  void* ptr;
-  size_t size;       // the class size, what the driver gave
-  size_t requested;  // what the caller asked for
   c10::DeviceIndex device;
-  bool allocated;
+  int64_t stream;     // current stream id when allocated
+  size_t size;        // rounded
+  size_t requested = 0;
+  BlockPool* pool;
+  void* ptr;
+  bool allocated = false;
+  Block* prev = nullptr;  // neighbours in the segment
+  Block* next = nullptr;
+  uint64_t last_used = 0;  // for garbage collection: least recently freed first
+  std::shared_ptr<c10::GatheredContext> context;
+  bool is_split() const { return prev || next; }
+};
+
+struct BySize {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->size != b->size) return a->size < b->size;
+    return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+  }
+};
+
+struct BlockPool {
+  BlockPool(bool small, PrivatePool* owner) : is_small(small), owner(owner) {}
+  std::set<Block*, BySize> blocks;  // free blocks
+  const bool is_small;
+  PrivatePool* const owner;  // nullptr: the device's default pool
+};
+
+struct PrivatePool {
+  explicit PrivatePool(c10::MempoolId_t id) : id(id) {}
+  c10::MempoolId_t id;
+  int use_count = 1;
+  int segments = 0;
+  BlockPool large{false, this};
+  BlockPool small{true, this};
+  std::shared_ptr<RawAllocatorFns> fns;  // null: the driver's memory
+  bool use_on_oom = false;
+  bool no_split = false;
+};
+
+struct Segment {
+  c10::DeviceIndex device;
+  size_t size;
+  BlockPool* pool;
+  int64_t stream;
+  std::shared_ptr<c10::GatheredContext> context;
+};
+
+struct Route {
+  c10::MempoolId_t id;
+  PoolFilter filter;
 };
 
 struct PerDevice {
   DeviceStats stats;
-  std::unordered_map<size_t, std::vector<Block*>> cached;
+  BlockPool large{false, nullptr};
+  BlockPool small{true, nullptr};
   double fraction = 1.0;
+  std::map<c10::MempoolId_t, std::unique_ptr<PrivatePool>> pools;
+  std::vector<Route> routes;  // newest last
+  std::vector<TraceEntry> trace;  // a ring of at most max_entries
+  size_t trace_next = 0;
 };
 
 std::mutex g_mu;
-std::map<uintptr_t, Block*> g_blocks;  // every block the driver gave us
+std::map<uintptr_t, Block*> g_blocks;     // every block, free or not, by address
+std::map<uintptr_t, Segment> g_segments;  // by base address
 PerDevice g_dev[kMaxDevices];
 AllocatorSettings g_settings;
+HistorySettings g_history;
+std::atomic<int> g_context_level{0};  // RecordContext, read without the lock
+std::atomic<bool> g_context_cpp{false};
+uint64_t g_tick = 0;
+bool g_used = false;
 
-void update(StatArray& arr, size_t size, int64_t amount) {
-  const auto pool = size <= kSmallLimit ? StatType::SMALL_POOL : StatType::LARGE_POOL;
-  for (auto t : {StatType::AGGREGATE, pool}) {
+// ---- sizes ------------------------------------------------------------------
+
+size_t roundup_divisions(size_t size) {
+  const size_t log_size = 63 - __builtin_clzll(size);
+  const size_t start = 20;  // intervals from 1 MiB, 16 of them
+  size_t index = log_size > start ? log_size - start : 0;
+  index = std::min<size_t>(index, g_settings.roundup_power2_divisions.size() - 1);
+  return g_settings.roundup_power2_divisions[index];
+}
+
+size_t round_size(size_t size) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  const size_t divisions = roundup_divisions(size);
+  if (divisions > 1 && size > kMinBlockSize * divisions) {
+    // The next of `divisions` equal steps between two powers of two.
+    if ((size & (size - 1)) == 0) return size;
+    const size_t floor2 = size_t(1) << (63 - __builtin_clzll(size));
+    const size_t step = floor2 / divisions;
+    if (step == 0) return floor2 << 1;
+    const size_t down = size & ~(step - 1);
+    return down == size ? size : down + step;
+  }
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t segment_size(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+// ---- statistics ---------------------------------------------------------------
+
+void update(StatArray& arr, bool small, int64_t amount) {
+  for (auto t : {StatType::AGGREGATE, small ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
     Stat& s = arr[static_cast<size_t>(t)];
     if (amount >= 0) s.increase(size_t(amount)); else s.decrease(size_t(-amount));
   }
+}
+
+// Every per-pool statistic of a device, for the resets.
+template <typename Fn>
+void for_each_stat(DeviceStats& s, Fn fn) {
+  for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
+                       &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                       &s.inactive_split_bytes, &s.requested_bytes})
+    for (Stat& st : *a) fn(st);
+  for (auto& [id, arr] : s.reserved_bytes_by_private_pools)
+    for (Stat& st : arr) fn(st);
+  fn(s.oversize_allocations);
+  fn(s.oversize_segments);
 }
 
 int64_t reserved(c10::DeviceIndex d) {
@@ -92,129 +206,380 @@ int64_t device_limit(c10::DeviceIndex d) {
   return static_cast<int64_t>(config().capacity_bytes * g_dev[d].fraction);
 }
 
-// Caller holds g_mu.
-void release_block(Block* b) {
-  PerDevice& pd = g_dev[b->device];
-  update(pd.stats.reserved_bytes, b->size, -int64_t(b->size));
-  update(pd.stats.segment, b->size, -1);
-  pd.stats.num_device_free++;
-  g_blocks.erase(reinterpret_cast<uintptr_t>(b->ptr));
-  driver().free(b->device, b->ptr, b->size);
-  delete b;
+// ---- history ------------------------------------------------------------------
+
+// Outside the lock (gathering Python frames takes the GIL).
+std::shared_ptr<c10::GatheredContext> gather_context(RecordContext at_least) {
+  if (g_context_level.load(std::memory_order_relaxed) < int(at_least)) return nullptr;
+  return torch::CapturedTraceback::gather(true, true, g_context_cpp.load());
 }
 
-// Caller holds g_mu. Frees cached blocks until `target` bytes are reserved.
-void release_cached(c10::DeviceIndex d, int64_t target = 0) {
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Caller holds g_mu.
+void record_trace(TraceEntry::Action action, c10::DeviceIndex d, uintptr_t addr,
+                  size_t size, int64_t stream, c10::MempoolId_t pool,
+                  std::shared_ptr<c10::GatheredContext> ctx) {
+  if (!g_history.trace) return;
+  for (auto a : g_history.skip) if (a == action) return;
+  TraceEntry te(action, d, addr, size, reinterpret_cast<void*>(stream), pool, 0,
+                std::move(ctx));
+  te.time_.t_ = now_us();
   PerDevice& pd = g_dev[d];
-  for (auto it = pd.cached.begin(); it != pd.cached.end() && reserved(d) > target;) {
-    auto& vec = it->second;
-    while (!vec.empty() && reserved(d) > target) {
-      release_block(vec.back());
-      vec.pop_back();
-    }
-    it = vec.empty() ? pd.cached.erase(it) : std::next(it);
+  if (pd.trace.size() < g_history.max_entries) {
+    pd.trace.emplace_back(std::move(te));
+  } else if (g_history.max_entries > 0) {
+    pd.trace[pd.trace_next] = std::move(te);
+    pd.trace_next = (pd.trace_next + 1) % g_history.max_entries;
   }
 }
 
-[[noreturn]] void raise_oom(c10::DeviceIndex d, size_t size, const char* why) {
+c10::MempoolId_t pool_id(const BlockPool* p) {
+  return p->owner ? p->owner->id : c10::MempoolId_t{0, 0};
+}
+
+// ---- pools ---------------------------------------------------------------------
+
+// Caller holds g_mu. A free block enters or leaves its pool; a free piece of a
+// split segment counts as inactive_split.
+void insert_free(Block* b) {
+  b->pool->blocks.insert(b);
+  if (b->is_split()) {
+    PerDevice& pd = g_dev[b->device];
+    update(pd.stats.inactive_split, b->pool->is_small, 1);
+    update(pd.stats.inactive_split_bytes, b->pool->is_small, int64_t(b->size));
+  }
+}
+
+void erase_free(Block* b) {
+  b->pool->blocks.erase(b);
+  if (b->is_split()) {
+    PerDevice& pd = g_dev[b->device];
+    update(pd.stats.inactive_split, b->pool->is_small, -1);
+    update(pd.stats.inactive_split_bytes, b->pool->is_small, -int64_t(b->size));
+  }
+}
+
+// Caller holds g_mu. The best-fitting free block, honouring max_split_size:
+// requests below it never take an oversize block, and oversize requests take
+// one only within kLargeBuffer of their size.
+Block* find_free(BlockPool& pool, size_t size) {
+  Block key{0, 0, size, 0, &pool, nullptr};
+  auto it = pool.blocks.lower_bound(&key);
+  if (it == pool.blocks.end()) return nullptr;
+  Block* b = *it;
+  const size_t max_split = g_settings.max_split_size;
+  if (size < max_split && b->size >= max_split) return nullptr;
+  if (size >= max_split && b->size >= size + kLargeBuffer) return nullptr;
+  return b;
+}
+
+bool should_split(const Block* b, size_t size) {
+  if (b->pool->owner && b->pool->owner->no_split) return false;
+  const size_t rest = b->size - size;
+  if (b->pool->is_small) return rest >= kMinBlockSize;
+  return size < g_settings.max_split_size && rest > kSmallSize;
+}
+
+void free_segment_memory(const BlockPool* pool, c10::DeviceIndex d, void* p, size_t size,
+                         int64_t stream) {
+  if (pool->owner && pool->owner->fns)
+    pool->owner->fns->free(p, ssize_t(size), d, reinterpret_cast<void*>(stream));
+  else
+    driver().free(d, p, size);
+}
+
+// Caller holds g_mu. Returns a whole free segment to the driver.
+void release_segment(Block* b) {
+  TORCH_INTERNAL_ASSERT(!b->allocated && !b->is_split());
+  PerDevice& pd = g_dev[b->device];
+  const bool small = b->pool->is_small;
+  erase_free(b);
+  update(pd.stats.reserved_bytes, small, -int64_t(b->size));
+  update(pd.stats.segment, small, -1);
+  if (b->size >= g_settings.max_split_size) pd.stats.oversize_segments.decrease(1);
+  pd.stats.num_device_free++;
+  if (PrivatePool* owner = b->pool->owner) {
+    owner->segments--;
+    update(pd.stats.reserved_bytes_by_private_pools[owner->id], small, -int64_t(b->size));
+  }
+  record_trace(TraceEntry::SEGMENT_FREE, b->device, reinterpret_cast<uintptr_t>(b->ptr),
+               b->size, b->stream, pool_id(b->pool), nullptr);
+  g_blocks.erase(reinterpret_cast<uintptr_t>(b->ptr));
+  g_segments.erase(reinterpret_cast<uintptr_t>(b->ptr));
+  free_segment_memory(b->pool, b->device, b->ptr, b->size, b->stream);
+  delete b;
+}
+
+// Caller holds g_mu. Releases the pool's whole free segments.
+void release_pool_blocks(BlockPool& pool) {
+  for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+    Block* b = *it++;
+    if (!b->is_split()) release_segment(b);
+  }
+}
+
+// Caller holds g_mu. The default pools and the private pools nobody uses.
+void release_cached(c10::DeviceIndex d) {
+  PerDevice& pd = g_dev[d];
+  release_pool_blocks(pd.large);
+  release_pool_blocks(pd.small);
+  for (auto it = pd.pools.begin(); it != pd.pools.end();) {
+    PrivatePool& p = *it->second;
+    if (p.use_count == 0) {
+      release_pool_blocks(p.large);
+      release_pool_blocks(p.small);
+    }
+    it = (p.use_count == 0 && p.segments == 0) ? pd.pools.erase(it) : std::next(it);
+  }
+}
+
+// Caller holds g_mu. Frees cached oversize blocks of the pool (smallest that
+// is enough, else the largest ones) so that `size` more bytes fit.
+bool release_oversize(BlockPool& pool, size_t size) {
+  if (g_settings.max_split_size == SIZE_MAX) return false;
+  std::vector<Block*> big;
+  for (Block* b : pool.blocks)
+    if (b->size >= g_settings.max_split_size && !b->is_split()) big.push_back(b);
+  if (big.empty()) return false;
+  for (Block* b : big)
+    if (b->size >= size) { release_segment(b); return true; }
+  size_t freed = 0;
+  for (auto it = big.rbegin(); it != big.rend() && freed < size; ++it) {
+    freed += (*it)->size;
+    release_segment(*it);
+  }
+  return true;
+}
+
+// Caller holds g_mu. Above the threshold, frees whole free segments of the
+// default pools, least recently used first, until reserved memory is under it.
+void garbage_collect(c10::DeviceIndex d) {
+  const double gc = g_settings.garbage_collection_threshold;
+  if (gc <= 0) return;
+  const int64_t threshold = int64_t(gc * device_limit(d));
+  if (reserved(d) <= threshold) return;
+  PerDevice& pd = g_dev[d];
+  std::vector<Block*> free;
+  for (BlockPool* p : {&pd.large, &pd.small})
+    for (Block* b : p->blocks) if (!b->is_split()) free.push_back(b);
+  std::sort(free.begin(), free.end(),
+            [](const Block* a, const Block* b) { return a->last_used < b->last_used; });
+  for (Block* b : free) {
+    if (reserved(d) <= threshold) break;
+    release_segment(b);
+  }
+}
+
+enum class Shortage { kNone, kDevice, kHost, kDriver };
+
+// Caller holds g_mu. A new segment, placed free in `pool`; nullptr and why not.
+Block* new_segment(c10::DeviceIndex d, BlockPool& pool, size_t size, int64_t stream,
+                   const std::shared_ptr<c10::GatheredContext>& ctx, Shortage* why) {
+  PerDevice& pd = g_dev[d];
+  if (reserved(d) + int64_t(size) > device_limit(d)) { *why = Shortage::kDevice; return nullptr; }
+  const int64_t host = config().host_limit_bytes;
+  if (host > 0 && total_reserved() + int64_t(size) > host) { *why = Shortage::kHost; return nullptr; }
+  void* p = pool.owner && pool.owner->fns
+                ? pool.owner->fns->alloc(ssize_t(size), d, reinterpret_cast<void*>(stream))
+                : driver().malloc(d, size);
+  if (!p) { *why = Shortage::kDriver; return nullptr; }
+  g_used = true;
+  Block* b = new Block{d, stream, size, 0, &pool, p};
+  g_blocks.emplace(reinterpret_cast<uintptr_t>(p), b);
+  g_segments.emplace(reinterpret_cast<uintptr_t>(p), Segment{d, size, &pool, stream, ctx});
+  update(pd.stats.reserved_bytes, pool.is_small, int64_t(size));
+  update(pd.stats.segment, pool.is_small, 1);
+  if (size >= g_settings.max_split_size) pd.stats.oversize_segments.increase(1);
+  pd.stats.num_device_alloc++;
+  if (pool.owner) {
+    pool.owner->segments++;
+    update(pd.stats.reserved_bytes_by_private_pools[pool.owner->id], pool.is_small, int64_t(size));
+  }
+  record_trace(TraceEntry::SEGMENT_ALLOC, d, reinterpret_cast<uintptr_t>(p), size, stream,
+               pool_id(&pool), ctx);
+  insert_free(b);
+  return b;
+}
+
+// Caller holds g_mu. The pool an allocation on `d` from `stream` goes to.
+BlockPool& choose_pool(c10::DeviceIndex d, c10::Stream stream, size_t size) {
+  PerDevice& pd = g_dev[d];
+  const bool small = size <= kSmallSize;
+  for (auto it = pd.routes.rbegin(); it != pd.routes.rend(); ++it) {
+    if (it->filter(stream)) {
+      PrivatePool& p = *pd.pools.at(it->id);
+      return small ? p.small : p.large;
+    }
+  }
+  return small ? pd.small : pd.large;
+}
+
+[[noreturn]] void raise_oom(c10::DeviceIndex d, size_t size, Shortage why, int64_t stream,
+                            const BlockPool& pool) {
   PerDevice& pd = g_dev[d];
   pd.stats.num_ooms++;
   const int64_t limit = device_limit(d);
   const int64_t alloc = pd.stats.allocated_bytes[0].current;
   const int64_t res = reserved(d);
+  const size_t device_free = size_t(std::max<int64_t>(0, config().capacity_bytes - res));
+  record_trace(TraceEntry::OOM, d, device_free, size, stream, pool_id(&pool), nullptr);
   std::ostringstream os;
   os << "MUSA out of memory. Tried to allocate " << format_size(size)
      << ". musa:" << int(d) << " has a total capacity of "
      << format_size(config().capacity_bytes) << " (hardware profile "
-     << config().profile << ") of which "
-     << format_size(size_t(std::max<int64_t>(0, config().capacity_bytes - res)))
+     << config().profile << ") of which " << format_size(device_free)
      << " is free. Of the allocated memory " << format_size(alloc)
      << " is allocated by PyTorch, and " << format_size(res - alloc)
      << " is reserved by PyTorch but unallocated.";
-  if (g_dev[d].fraction < 1.0)
+  if (pd.fraction < 1.0)
     os << " This process is limited to " << format_size(limit)
-       << " by set_per_process_memory_fraction(" << g_dev[d].fraction << ").";
-  if (why) os << " " << why;
+       << " by set_per_process_memory_fraction(" << pd.fraction << ").";
+  if (why == Shortage::kHost)
+    os << " The host driver keeps device memory in host RAM and this would exceed "
+          "the share of host memory it may use (TORCH_MUSA_HOST_MEMORY_LIMIT).";
+  if (why == Shortage::kDriver) os << " The driver could not provide the memory.";
+  if (res - alloc > int64_t(size) && g_settings.max_split_size == SIZE_MAX)
+    os << " If reserved but unallocated memory is large, try "
+          "PYTORCH_MUSA_ALLOC_CONF=max_split_size_mb:N to avoid fragmentation.";
   os << " Free tensors (del, then torch.musa.empty_cache()) or use smaller "
         "batches; the device stays usable.";
   TORCH_CHECK_WITH(OutOfMemoryError, false, os.str());
 }
 
+// Caller holds g_mu.
+Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
+                    std::shared_ptr<c10::GatheredContext> ctx) {
+  PerDevice& pd = g_dev[d];
+  const c10::Stream stream = current_stream(d);
+  const int64_t sid = stream.id();
+  const size_t size = round_size(nbytes);
+  BlockPool& pool = choose_pool(d, stream, size);
+  const size_t seg = segment_size(size);
+  Block* b = find_free(pool, size);
+  if (!b) {
+    garbage_collect(d);
+    Shortage why = Shortage::kNone;
+    b = new_segment(d, pool, seg, sid, ctx, &why);
+    if (!b && release_oversize(pool, size)) b = new_segment(d, pool, seg, sid, ctx, &why);
+    if (!b) {
+      pd.stats.num_alloc_retries++;
+      for (int o = 0; o < device_count(); ++o) release_cached(o);
+      b = new_segment(d, pool, seg, sid, ctx, &why);
+    }
+    if (!b) {  // pools that offered themselves for out-of-memory
+      for (auto& [id, p] : pd.pools) {
+        if (!p->use_on_oom || p.get() == pool.owner) continue;
+        b = find_free(size <= kSmallSize ? p->small : p->large, size);
+        if (b) break;
+      }
+    }
+    if (!b) raise_oom(d, size, why, sid, pool);
+  }
+  erase_free(b);
+  if (should_split(b, size)) {
+    Block* rest = new Block{d, b->stream, b->size - size, 0, b->pool,
+                            static_cast<char*>(b->ptr) + size};
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next) b->next->prev = rest;
+    b->next = rest;
+    b->size = size;
+    g_blocks.emplace(reinterpret_cast<uintptr_t>(rest->ptr), rest);
+    insert_free(rest);
+  }
+  const bool small = b->pool->is_small;
+  b->allocated = true;
+  b->requested = nbytes;
+  b->stream = sid;
+  if (g_context_level.load() >= int(RecordContext::STATE)) b->context = ctx;
+  update(pd.stats.allocation, small, 1);
+  update(pd.stats.active, small, 1);
+  update(pd.stats.allocated_bytes, small, int64_t(b->size));
+  update(pd.stats.active_bytes, small, int64_t(b->size));
+  update(pd.stats.requested_bytes, small, int64_t(nbytes));
+  if (b->size >= g_settings.max_split_size) pd.stats.oversize_allocations.increase(1);
+  record_trace(TraceEntry::ALLOC, d, reinterpret_cast<uintptr_t>(b->ptr), b->size, sid,
+               pool_id(b->pool),
+               g_context_level.load() >= int(RecordContext::ALLOC) ? ctx : nullptr);
+  return b;
+}
+
+// Caller holds g_mu. Merges `b` with its free neighbours and caches it.
+void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
+  PerDevice& pd = g_dev[b->device];
+  const bool small = b->pool->is_small;
+  const auto id = pool_id(b->pool);
+  record_trace(TraceEntry::FREE_REQUESTED, b->device, reinterpret_cast<uintptr_t>(b->ptr),
+               b->size, b->stream, id, ctx);
+  update(pd.stats.allocation, small, -1);
+  update(pd.stats.active, small, -1);
+  update(pd.stats.allocated_bytes, small, -int64_t(b->size));
+  update(pd.stats.active_bytes, small, -int64_t(b->size));
+  update(pd.stats.requested_bytes, small, -int64_t(b->requested));
+  if (b->size >= g_settings.max_split_size) pd.stats.oversize_allocations.decrease(1);
+  // Kernels run eagerly on the host: the block is free now, not after a stream.
+  record_trace(TraceEntry::FREE_COMPLETED, b->device, reinterpret_cast<uintptr_t>(b->ptr),
+               b->size, b->stream, id, ctx);
+  b->allocated = false;
+  b->requested = 0;
+  b->context.reset();
+  for (Block* n : {b->prev, b->next}) {
+    if (!n || n->allocated) continue;
+    erase_free(n);
+    if (n == b->prev) {
+      g_blocks.erase(reinterpret_cast<uintptr_t>(b->ptr));
+      b->ptr = n->ptr;
+      b->prev = n->prev;
+      if (b->prev) b->prev->next = b;
+      g_blocks[reinterpret_cast<uintptr_t>(b->ptr)] = b;
+    } else {
+      b->next = n->next;
+      if (b->next) b->next->prev = b;
+      g_blocks.erase(reinterpret_cast<uintptr_t>(n->ptr));
+    }
+    b->size += n->size;
+    delete n;
+  }
+  b->last_used = ++g_tick;
+  insert_free(b);
+  // A private pool nobody uses any more goes once its last block is back.
+  if (PrivatePool* owner = b->pool->owner) {
+    if (owner->use_count == 0 && !b->is_split()) {
+      release_pool_blocks(owner->large);
+      release_pool_blocks(owner->small);
+      if (owner->segments == 0) pd.pools.erase(owner->id);
+    }
+  }
+}
+
 void raw_free(void* ptr) {
   if (!ptr) return;
+  auto ctx = gather_context(RecordContext::ALL);
   std::lock_guard<std::mutex> g(g_mu);
   auto it = g_blocks.find(reinterpret_cast<uintptr_t>(ptr));
-  TORCH_INTERNAL_ASSERT(it != g_blocks.end(), "musa: freeing unknown pointer");
-  Block* b = it->second;
-  PerDevice& pd = g_dev[b->device];
-  b->allocated = false;
-  update(pd.stats.allocation, b->size, -1);
-  update(pd.stats.active, b->size, -1);
-  update(pd.stats.allocated_bytes, b->size, -int64_t(b->size));
-  update(pd.stats.active_bytes, b->size, -int64_t(b->size));
-  update(pd.stats.requested_bytes, b->size, -int64_t(b->requested));
-  if (b->size > g_settings.max_split_size) {
-    pd.stats.oversize_allocations.decrease(1);
-    release_block(b);
-  } else {
-    pd.cached[b->size].push_back(b);
-  }
+  TORCH_INTERNAL_ASSERT(it != g_blocks.end() && it->second->allocated,
+                        "musa: freeing unknown pointer");
+  free_block(it->second, std::move(ctx));
+}
+
+PrivatePool& pool_at(c10::DeviceIndex d, c10::MempoolId_t id) {
+  auto it = g_dev[d].pools.find(id);
+  TORCH_CHECK(it != g_dev[d].pools.end(), "musa:", int(d), " has no memory pool (",
+              id.first, ", ", id.second, "); create it with torch.musa.MemPool()");
+  return *it->second;
 }
 
 }  // namespace
 
 c10::DataPtr CachingAllocator::allocate_bytes(c10::DeviceIndex d, size_t nbytes,
                                              c10::Device tag) {
-  const size_t size = size_class(nbytes);
+  auto ctx = gather_context(RecordContext::STATE);
   std::lock_guard<std::mutex> g(g_mu);
-  PerDevice& pd = g_dev[d];
-  Block* b = nullptr;
-  auto it = pd.cached.find(size);
-  if (it != pd.cached.end() && !it->second.empty()) {
-    b = it->second.back();
-    it->second.pop_back();
-  } else {
-    const int64_t limit = device_limit(d);
-    const double gc = g_settings.garbage_collection_threshold;
-    if (gc > 0 && reserved(d) + int64_t(size) > int64_t(gc * limit))
-      release_cached(d, std::max<int64_t>(0, int64_t(gc * limit) - int64_t(size)));
-    const int64_t host = config().host_limit_bytes;
-    auto fits = [&] {
-      return reserved(d) + int64_t(size) <= limit &&
-             (host <= 0 || total_reserved() + int64_t(size) <= host);
-    };
-    if (!fits()) {
-      pd.stats.num_alloc_retries++;
-      for (int o = 0; o < device_count(); ++o) release_cached(o);
-    }
-    if (reserved(d) + int64_t(size) > limit) raise_oom(d, size, nullptr);
-    if (!fits())
-      raise_oom(d, size,
-                "The host driver keeps device memory in host RAM and this "
-                "would exceed the share of host memory it may use "
-                "(TORCH_MUSA_HOST_MEMORY_LIMIT).");
-    void* p = driver().malloc(d, size);
-    if (!p) {
-      pd.stats.num_alloc_retries++;
-      for (int o = 0; o < device_count(); ++o) release_cached(o);
-      p = driver().malloc(d, size);
-      if (!p) raise_oom(d, size, "The driver could not provide the memory.");
-    }
-    b = new Block{p, size, 0, d, false};
-    g_blocks.emplace(reinterpret_cast<uintptr_t>(p), b);
-    update(pd.stats.reserved_bytes, size, int64_t(size));
-    update(pd.stats.segment, size, 1);
-    pd.stats.num_device_alloc++;
-    if (size > g_settings.max_split_size) pd.stats.oversize_segments.increase(1);
-  }
-  if (size > g_settings.max_split_size) pd.stats.oversize_allocations.increase(1);
-  b->allocated = true;
-  b->requested = nbytes;
-  update(pd.stats.allocation, size, 1);
-  update(pd.stats.active, size, 1);
-  update(pd.stats.allocated_bytes, size, int64_t(size));
-  update(pd.stats.active_bytes, size, int64_t(size));
-  update(pd.stats.requested_bytes, size, int64_t(nbytes));
+  Block* b = malloc_block(d, nbytes, std::move(ctx));
   return c10::DataPtr(b->ptr, b->ptr, &raw_free, tag);
 }
 
@@ -227,7 +592,17 @@ void CachingAllocator::recordStream(const c10::DataPtr&, c10::Stream) {}
 
 void CachingAllocator::emptyCache(c10::MempoolId_t id) {
   std::lock_guard<std::mutex> g(g_mu);
-  for (int d = 0; d < device_count(); ++d) release_cached(d);
+  for (int d = 0; d < device_count(); ++d) {
+    if (id == c10::MempoolId_t{0, 0}) {
+      release_cached(d);
+      continue;
+    }
+    auto it = g_dev[d].pools.find(id);
+    if (it == g_dev[d].pools.end()) continue;
+    release_pool_blocks(it->second->large);
+    release_pool_blocks(it->second->small);
+    if (it->second->use_count == 0 && it->second->segments == 0) g_dev[d].pools.erase(it);
+  }
 }
 
 DeviceStats CachingAllocator::getDeviceStats(c10::DeviceIndex d) {
@@ -243,26 +618,15 @@ void CachingAllocator::resetAccumulatedStats(c10::DeviceIndex d) {
   check_device(d);
   std::lock_guard<std::mutex> g(g_mu);
   DeviceStats& s = g_dev[d].stats;
-  for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
-                       &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
-                       &s.inactive_split_bytes, &s.requested_bytes})
-    for (Stat& st : *a) st.reset_accumulated();
+  for_each_stat(s, [](Stat& st) { st.reset_accumulated(); });
   s.num_alloc_retries = s.num_ooms = 0;
   s.num_device_alloc = s.num_device_free = 0;
-  s.oversize_allocations.reset_accumulated();
-  s.oversize_segments.reset_accumulated();
 }
 
 void CachingAllocator::resetPeakStats(c10::DeviceIndex d) {
   check_device(d);
   std::lock_guard<std::mutex> g(g_mu);
-  DeviceStats& s = g_dev[d].stats;
-  for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
-                       &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
-                       &s.inactive_split_bytes, &s.requested_bytes})
-    for (Stat& st : *a) st.reset_peak();
-  s.oversize_allocations.reset_peak();
-  s.oversize_segments.reset_peak();
+  for_each_stat(g_dev[d].stats, [](Stat& st) { st.reset_peak(); });
 }
 
 std::pair<size_t, size_t> CachingAllocator::getMemoryInfo(c10::DeviceIndex d) {
@@ -278,31 +642,266 @@ void CachingAllocator::set_memory_fraction(double fraction, c10::DeviceIndex d) 
   g_dev[d].fraction = fraction;
 }
 
+double CachingAllocator::memory_fraction(c10::DeviceIndex d) {
+  check_device(d);
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_dev[d].fraction;
+}
+
 void CachingAllocator::set_settings(const AllocatorSettings& s) {
+  TORCH_CHECK(s.roundup_power2_divisions.size() == 16,
+              "roundup_power2_divisions needs 16 intervals, got ",
+              s.roundup_power2_divisions.size());
   std::lock_guard<std::mutex> g(g_mu);
   g_settings = s;
 }
 
-std::vector<SegmentInfo> CachingAllocator::snapshot() {
+MemorySnapshot CachingAllocator::snapshot(c10::MempoolId_t only) {
   std::lock_guard<std::mutex> g(g_mu);
-  std::vector<SegmentInfo> out;
-  out.reserve(g_blocks.size());
-  for (const auto& [addr, b] : g_blocks)
-    out.push_back({b->device, addr, b->size, b->allocated ? b->requested : 0,
-                   b->allocated, 0});
+  MemorySnapshot out;
+  for (const auto& [addr, seg] : g_segments) {
+    const auto owner = pool_id(seg.pool);
+    if (only != c10::MempoolId_t{0, 0} && owner != only) continue;
+    SegmentInfo& si = out.segments.emplace_back();
+    si.device = seg.device;
+    si.address = addr;
+    si.total_size = seg.size;
+    si.stream = reinterpret_cast<void*>(seg.stream);
+    si.is_large = !seg.pool->is_small;
+    si.owner_private_pool_id = owner;
+    si.context_when_allocated = seg.context;
+    for (Block* b = g_blocks.at(addr); b; b = b->next) {
+      c10::CachingDeviceAllocator::BlockInfo& bi = si.blocks.emplace_back();
+      bi.size = b->size;
+      bi.requested_size = b->requested;
+      bi.allocated = bi.active = b->allocated;
+      bi.context_when_allocated = b->context;
+      if (b->allocated) {
+        si.allocated_size += b->size;
+        si.active_size += b->size;
+        si.requested_size += b->requested;
+      }
+    }
+  }
+  for (int d = 0; d < device_count(); ++d) {
+    record_trace(TraceEntry::SNAPSHOT, c10::DeviceIndex(d), 0, 0, 0, {0, 0}, nullptr);
+    const PerDevice& pd = g_dev[d];
+    auto& trace = out.device_traces.emplace_back();
+    // Oldest first: the ring's tail, then its head.
+    trace.insert(trace.end(), pd.trace.begin() + pd.trace_next, pd.trace.end());
+    trace.insert(trace.end(), pd.trace.begin(), pd.trace.begin() + pd.trace_next);
+  }
   return out;
+}
+
+void CachingAllocator::record_history(const HistorySettings& s) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (s.clear || !s.trace)
+    for (PerDevice& pd : g_dev) { pd.trace.clear(); pd.trace_next = 0; }
+  if (s.max_entries < g_history.max_entries)
+    for (PerDevice& pd : g_dev) {  // keep the newest
+      std::vector<TraceEntry> keep;
+      const size_t n = pd.trace.size();
+      for (size_t i = n > s.max_entries ? n - s.max_entries : 0; i < n; ++i)
+        keep.push_back(pd.trace[(pd.trace_next + i) % n]);
+      pd.trace = std::move(keep);
+      pd.trace_next = 0;
+    }
+  g_history = s;
+  g_context_cpp = s.cpp;
+  g_context_level = s.enabled ? int(s.context) : 0;
+}
+
+void CachingAllocator::create_pool(c10::DeviceIndex d, c10::MempoolId_t id,
+                                   std::shared_ptr<RawAllocatorFns> fns, bool use_on_oom,
+                                   bool no_split) {
+  check_device(d);
+  std::lock_guard<std::mutex> g(g_mu);
+  auto& slot = g_dev[d].pools[id];
+  if (slot) {
+    slot->use_count++;
+    return;
+  }
+  slot = std::make_unique<PrivatePool>(id);
+  slot->fns = std::move(fns);
+  slot->use_on_oom = use_on_oom;
+  slot->no_split = no_split;
+}
+
+void CachingAllocator::begin_allocate_to_pool(c10::DeviceIndex d, c10::MempoolId_t id,
+                                              PoolFilter filter) {
+  check_device(d);
+  std::lock_guard<std::mutex> g(g_mu);
+  auto& slot = g_dev[d].pools[id];
+  if (!slot) slot = std::make_unique<PrivatePool>(id);  // a graph's pool, made on first use
+  else slot->use_count++;
+  g_dev[d].routes.push_back({id, std::move(filter)});
+}
+
+void CachingAllocator::end_allocate_to_pool(c10::DeviceIndex d, c10::MempoolId_t id) {
+  check_device(d);
+  std::lock_guard<std::mutex> g(g_mu);
+  auto& routes = g_dev[d].routes;
+  for (auto it = routes.rbegin(); it != routes.rend(); ++it) {
+    if (it->id == id) {
+      routes.erase(std::next(it).base());
+      return;
+    }
+  }
+  TORCH_CHECK(false, "musa:", int(d), " is not allocating to memory pool (", id.first, ", ",
+              id.second, ")");
+}
+
+void CachingAllocator::release_pool(c10::DeviceIndex d, c10::MempoolId_t id) {
+  check_device(d);
+  std::lock_guard<std::mutex> g(g_mu);
+  PrivatePool& p = pool_at(d, id);
+  TORCH_CHECK(p.use_count > 0, "memory pool (", id.first, ", ", id.second,
+              ") released more often than used");
+  if (--p.use_count > 0) return;
+  release_pool_blocks(p.large);
+  release_pool_blocks(p.small);
+  if (p.segments == 0) g_dev[d].pools.erase(id);
+}
+
+int CachingAllocator::pool_use_count(c10::DeviceIndex d, c10::MempoolId_t id) {
+  check_device(d);
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_dev[d].pools.find(id);
+  return it == g_dev[d].pools.end() ? 0 : it->second->use_count;
+}
+
+bool CachingAllocator::used() const {
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_used;
 }
 
 int CachingAllocator::device_of(const void* ptr) {
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> g(g_mu);
-  auto it = g_blocks.upper_bound(p);
-  if (it == g_blocks.begin()) return -1;
+  auto it = g_segments.upper_bound(p);
+  if (it == g_segments.begin()) return -1;
   --it;
-  return p < it->first + it->second->size ? it->second->device : -1;
+  return p < it->first + it->second.size ? it->second.device : -1;
 }
 
-// ---- what both allocators share -------------------------------------------
+bool CachingAllocator::is_live(const void* ptr) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_blocks.find(reinterpret_cast<uintptr_t>(ptr));
+  return it != g_blocks.end() && it->second->allocated;
+}
+
+// ---- a user's malloc/free ----------------------------------------------------
+
+namespace {
+
+// MUSAPluggableAllocator: every musa allocation through the user's functions,
+// no caching; statistics count what it handed out.
+class PluggableAllocator final : public DeviceAllocator {
+ public:
+  explicit PluggableAllocator(std::shared_ptr<RawAllocatorFns> fns) : fns_(std::move(fns)) {}
+  c10::DeleterFnPtr raw_deleter() const override { return &free_ptr; }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  DeviceStats getDeviceStats(c10::DeviceIndex d) override {
+    check_device(d);
+    std::lock_guard<std::mutex> g(mu_);
+    return stats_[d];
+  }
+  void resetAccumulatedStats(c10::DeviceIndex d) override {
+    check_device(d);
+    std::lock_guard<std::mutex> g(mu_);
+    for_each_stat(stats_[d], [](Stat& s) { s.reset_accumulated(); });
+  }
+  void resetPeakStats(c10::DeviceIndex d) override {
+    check_device(d);
+    std::lock_guard<std::mutex> g(mu_);
+    for_each_stat(stats_[d], [](Stat& s) { s.reset_peak(); });
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex d) override {
+    check_device(d);
+    std::lock_guard<std::mutex> g(mu_);
+    const int64_t total = config().capacity_bytes;
+    return {size_t(std::max<int64_t>(0, total - stats_[d].reserved_bytes[0].current)),
+            size_t(total)};
+  }
+  void set_memory_fraction(double, c10::DeviceIndex) override {
+    TORCH_CHECK(false, "set_per_process_memory_fraction: the current allocator is a "
+                "MUSAPluggableAllocator, which keeps no limits of its own");
+  }
+  void set_settings(const AllocatorSettings&) override {}
+  int device_of(const void* ptr) override {
+    const auto p = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.upper_bound(p);
+    if (it == live_.begin()) return -1;
+    --it;
+    return p < it->first + it->second.size ? it->second.device : -1;
+  }
+  bool is_live(const void* ptr) override {
+    std::lock_guard<std::mutex> g(mu_);
+    return live_.count(reinterpret_cast<uintptr_t>(ptr)) > 0;
+  }
+  std::string backend() const override { return "pluggable"; }
+
+  static PluggableAllocator* current;
+
+ protected:
+  c10::DataPtr allocate_bytes(c10::DeviceIndex d, size_t nbytes, c10::Device tag) override {
+    const int64_t stream = current_stream(d).id();
+    void* p = fns_->alloc(ssize_t(nbytes), d, reinterpret_cast<void*>(stream));
+    TORCH_CHECK_WITH(OutOfMemoryError, p, "MUSA out of memory. Tried to allocate ",
+                     format_size(nbytes), " on musa:", int(d),
+                     " through the MUSAPluggableAllocator, whose allocation function "
+                     "returned NULL.");
+    std::lock_guard<std::mutex> g(mu_);
+    live_[reinterpret_cast<uintptr_t>(p)] = Live{d, nbytes, stream};
+    count(d, nbytes, 1);
+    return c10::DataPtr(p, p, &free_ptr, tag);
+  }
+
+ private:
+  struct Live {
+    c10::DeviceIndex device;
+    size_t size;
+    int64_t stream;
+  };
+  void count(c10::DeviceIndex d, size_t n, int sign) {
+    DeviceStats& s = stats_[d];
+    const bool small = n <= kSmallSize;
+    for (StatArray* a : {&s.allocation, &s.segment, &s.active})
+      update(*a, small, sign);
+    for (StatArray* a : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                         &s.requested_bytes})
+      update(*a, small, sign * int64_t(n));
+    (sign > 0 ? s.num_device_alloc : s.num_device_free)++;
+  }
+  static void free_ptr(void* p) {
+    if (!p) return;
+    PluggableAllocator& self = *current;
+    Live l;
+    {
+      std::lock_guard<std::mutex> g(self.mu_);
+      auto it = self.live_.find(reinterpret_cast<uintptr_t>(p));
+      TORCH_INTERNAL_ASSERT(it != self.live_.end(), "musa: freeing unknown pointer");
+      l = it->second;
+      self.live_.erase(it);
+      self.count(l.device, l.size, -1);
+    }
+    self.fns_->free(p, ssize_t(l.size), l.device, reinterpret_cast<void*>(l.stream));
+  }
+  std::shared_ptr<RawAllocatorFns> fns_;
+  std::mutex mu_;
+  std::map<uintptr_t, Live> live_;
+  DeviceStats stats_[kMaxDevices];
+};
+PluggableAllocator* PluggableAllocator::current = nullptr;
+
+std::atomic<DeviceAllocator*> g_user_allocator{nullptr};
+
+}  // namespace
+
+// ---- what every allocator shares ---------------------------------------------
 
 c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
   const auto d = current_device();
@@ -322,17 +921,74 @@ void DeviceAllocator::copy_data(void* dst, const void* src, std::size_t n) const
   driver().memcpy(dst, src, n, current_stream(current_device()));
 }
 
+#define TORCH_MUSA_UNSUPPORTED(what)                                                 \
+  TORCH_CHECK(false, what, " is not supported by the current musa allocator (",   \
+              backend(), ", ", driver().name(), " driver)")
+
+MemorySnapshot DeviceAllocator::snapshot(c10::MempoolId_t) {
+  TORCH_MUSA_UNSUPPORTED("a memory snapshot");
+}
+void DeviceAllocator::record_history(const HistorySettings&) {
+  TORCH_MUSA_UNSUPPORTED("recording memory history");
+}
+void DeviceAllocator::create_pool(c10::DeviceIndex, c10::MempoolId_t,
+                                  std::shared_ptr<RawAllocatorFns>, bool, bool) {
+  TORCH_MUSA_UNSUPPORTED("MemPool");
+}
+void DeviceAllocator::begin_allocate_to_pool(c10::DeviceIndex, c10::MempoolId_t, PoolFilter) {
+  TORCH_MUSA_UNSUPPORTED("MemPool");
+}
+void DeviceAllocator::end_allocate_to_pool(c10::DeviceIndex, c10::MempoolId_t) {
+  TORCH_MUSA_UNSUPPORTED("MemPool");
+}
+void DeviceAllocator::release_pool(c10::DeviceIndex, c10::MempoolId_t) {
+  TORCH_MUSA_UNSUPPORTED("MemPool");
+}
+int DeviceAllocator::pool_use_count(c10::DeviceIndex, c10::MempoolId_t) {
+  TORCH_MUSA_UNSUPPORTED("MemPool");
+}
+#undef TORCH_MUSA_UNSUPPORTED
+
 void check_memory_fraction(double fraction, c10::DeviceIndex d) {
   check_device(d);
   TORCH_CHECK(fraction >= 0 && fraction <= 1,
               "Invalid fraction value: ", fraction, ". Allowed range: 0~1");
 }
 
-DeviceAllocator& device_allocator() {
+namespace {
+CachingAllocator& caching_allocator() {
   static CachingAllocator caching;
+  return caching;
+}
+}  // namespace
+
+DeviceAllocator& device_allocator() {
+  if (DeviceAllocator* user = g_user_allocator.load(std::memory_order_acquire)) return *user;
   static DriverAllocator driver_owned;
   if (config().native_allocator) return driver_owned;
-  return caching;
+  return caching_allocator();
+}
+
+void use_pluggable_allocator(std::shared_ptr<RawAllocatorFns> fns) {
+  TORCH_CHECK(fns && fns->alloc && fns->free, "a pluggable allocator needs both functions");
+  TORCH_CHECK(!config().native_allocator,
+              "change_current_allocator: under the ", driver().name(),
+              " driver musa memory is the driver's allocator's; use its own API "
+              "(torch.cuda.memory.change_current_allocator)");
+  TORCH_CHECK(!g_user_allocator.load() && !caching_allocator().used(),
+              "change_current_allocator: Can't swap an already initialized allocator "
+              "(musa memory was allocated already); call it before the first musa tensor");
+  // Never freed: tensors may outlive any Python object that named it.
+  auto* a = new PluggableAllocator(std::move(fns));
+  PluggableAllocator::current = a;
+  g_user_allocator.store(a, std::memory_order_release);
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, a);
+}
+
+c10::MempoolId_t new_pool_id(bool user_pool) {
+  static std::atomic<c10::CaptureId_t> uid{1};
+  const auto n = uid++;
+  return user_pool ? c10::MempoolId_t{0, n} : c10::MempoolId_t{n, 0};
 }
 
 // ---- host kernels allocating device memory ---------------------------------
@@ -341,18 +997,12 @@ namespace {
 TORCH_MUSA_FAST_TLS thread_local int t_redirect = -1;
 c10::DeleterFnPtr g_host_raw_deleter = nullptr;
 
-bool is_pool_pointer(void* p) {
-  std::lock_guard<std::mutex> g(g_mu);
-  return g_blocks.count(reinterpret_cast<uintptr_t>(p)) > 0;
-}
-
 // raw_allocate()/raw_deallocate() callers (oneDNN among them) free through
 // raw_deleter(), whichever mode allocated the pointer.
 void kernel_raw_free(void* p) {
-  if (p && is_pool_pointer(p)) raw_free(p);
+  if (p && device_allocator().is_live(p)) device_allocator().raw_deleter()(p);
   else g_host_raw_deleter(p);
 }
-
 struct KernelAllocationRedirect final : c10::Allocator {
   c10::Allocator* host = nullptr;
   c10::DataPtr allocate(size_t n) override {

@@ -6,30 +6,57 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/StorageImpl.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace torch_musa {
 
+using c10::CachingDeviceAllocator::RecordContext;
+using c10::CachingDeviceAllocator::SegmentInfo;  // CUDA's shapes, so snapshots read alike
+using c10::CachingDeviceAllocator::TraceEntry;
+
+// PYTORCH_MUSA_ALLOC_CONF, parsed and checked by torch_musa/config/variables.py.
 struct AllocatorSettings {
-  size_t max_split_size = SIZE_MAX;     // blocks above it are not cached
+  size_t max_split_size = SIZE_MAX;           // blocks at or above it are not split
   double garbage_collection_threshold = 0.0;  // 0 = off
+  // Per power-of-two interval from 1 MiB (16 intervals): round sizes up to
+  // one of this many divisions of the interval (0 or 1 = 512-byte steps).
+  std::vector<size_t> roundup_power2_divisions = std::vector<size_t>(16, 0);
 };
 
-struct SegmentInfo {
-  int device;
-  uintptr_t address;
-  size_t total_size;
-  size_t requested_size;
-  bool allocated;
-  int64_t stream;
+// torch.musa.memory._record_memory_history's settings.
+struct HistorySettings {
+  bool enabled = false;       // keep contexts of live blocks
+  bool trace = false;         // also keep the alloc/free history
+  RecordContext context = RecordContext::NEVER;
+  bool cpp = false;           // C++ frames too
+  size_t max_entries = SIZE_MAX;
+  bool clear = false;
+  std::vector<TraceEntry::Action> skip;
 };
+
+struct MemorySnapshot {
+  std::vector<SegmentInfo> segments;
+  std::vector<std::vector<TraceEntry>> device_traces;  // one list per device
+};
+
+// A user's malloc/free (MUSAPluggableAllocator), CUDA's signatures.
+struct RawAllocatorFns {
+  void* (*alloc)(ssize_t size, int device, void* stream) = nullptr;
+  void (*free)(void* ptr, ssize_t size, int device, void* stream) = nullptr;
+};
+
+// Selects which allocations go to a private pool (graph capture, use_mem_pool).
+using PoolFilter = std::function<bool(c10::Stream)>;
 
 // Musa device memory as PyTorch sees it (DeviceStats, empty_cache, ...), with
-// what the runtime adds: allocation on a given device, fractions, snapshots.
-// Two implementations, chosen by the driver: the host driver's caching
-// allocator over Driver::malloc (MUSACachingAllocator.cpp), and a driver's own
-// caching allocator when it brings one (DriverAllocator.cpp: CUDA's).
+// what the runtime adds: allocation on a given device, fractions, snapshots,
+// memory pools. Implementations, chosen by the driver or the user: the host
+// driver's caching allocator over Driver::malloc (MUSACachingAllocator.cpp), a
+// driver's own caching allocator (DriverAllocator.cpp: CUDA's), and a user's
+// malloc/free (PluggableAllocator). What an implementation lacks raises.
 class DeviceAllocator : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) final;  // on the current device
@@ -41,10 +68,28 @@ class DeviceAllocator : public c10::DeviceAllocator {
   bool owns(const c10::DataPtr& ptr) const { return ptr.get_deleter() == raw_deleter(); }
 
   virtual void set_memory_fraction(double fraction, c10::DeviceIndex device) = 0;
+  virtual double memory_fraction(c10::DeviceIndex device) { return 1.0; }
   virtual void set_settings(const AllocatorSettings& s) = 0;
-  virtual std::vector<SegmentInfo> snapshot() = 0;
   // Device of a pointer inside any live block; -1 when not musa memory.
   virtual int device_of(const void* ptr) = 0;
+  // Whether `ptr` is the start of a live allocation of this allocator.
+  virtual bool is_live(const void* ptr) { return false; }
+  virtual std::string backend() const = 0;
+  // Segments (of every pool, or of `pool` when it is not {0, 0}) and history.
+  virtual MemorySnapshot snapshot(c10::MempoolId_t pool = {0, 0});
+  virtual void record_history(const HistorySettings& s);
+  // Memory pools: a private pool per id; while a route is open, allocations
+  // on `device` that `filter` accepts come from it. Ids: {0, n} user pools
+  // (MemPool), {n, 0} graph pools (new_pool_id(false)).
+  virtual void create_pool(c10::DeviceIndex device, c10::MempoolId_t id,
+                           std::shared_ptr<RawAllocatorFns> fns, bool use_on_oom,
+                           bool no_split);
+  virtual void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id,
+                                      PoolFilter filter);
+  virtual void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id);
+  // Drops one use of the pool; its memory goes back once unused and empty.
+  virtual void release_pool(c10::DeviceIndex device, c10::MempoolId_t id);
+  virtual int pool_use_count(c10::DeviceIndex device, c10::MempoolId_t id);
 
  protected:
   virtual c10::DataPtr allocate_bytes(c10::DeviceIndex device, size_t nbytes,
@@ -61,9 +106,23 @@ class CachingAllocator final : public DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override;
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
   void set_memory_fraction(double fraction, c10::DeviceIndex device) override;
+  double memory_fraction(c10::DeviceIndex device) override;
   void set_settings(const AllocatorSettings& s) override;
-  std::vector<SegmentInfo> snapshot() override;
   int device_of(const void* ptr) override;
+  bool is_live(const void* ptr) override;
+  std::string backend() const override { return "native"; }
+  MemorySnapshot snapshot(c10::MempoolId_t pool = {0, 0}) override;
+  void record_history(const HistorySettings& s) override;
+  void create_pool(c10::DeviceIndex device, c10::MempoolId_t id,
+                   std::shared_ptr<RawAllocatorFns> fns, bool use_on_oom,
+                   bool no_split) override;
+  void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id,
+                              PoolFilter filter) override;
+  void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id) override;
+  void release_pool(c10::DeviceIndex device, c10::MempoolId_t id) override;
+  int pool_use_count(c10::DeviceIndex device, c10::MempoolId_t id) override;
+  // Whether any device memory was ever taken (the allocator can no longer be swapped).
+  bool used() const;
 
  protected:
   c10::DataPtr allocate_bytes(c10::DeviceIndex device, size_t nbytes, c10::Device tag) override;
@@ -80,15 +139,21 @@ class DriverAllocator final : public DeviceAllocator {
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
   void set_memory_fraction(double fraction, c10::DeviceIndex device) override;
   void set_settings(const AllocatorSettings&) override {}  // the driver's own settings
-  std::vector<SegmentInfo> snapshot() override { return {}; }  // Python reads the driver's
   int device_of(const void* ptr) override;
+  std::string backend() const override { return "native"; }
+  // Snapshots, history and pools: Python uses torch.cuda's for this allocator.
 
  protected:
   c10::DataPtr allocate_bytes(c10::DeviceIndex device, size_t nbytes, c10::Device tag) override;
 };
 
-// The allocator the driver in use calls for (valid once the driver is chosen).
+// The allocator in use: a user's (change_current_allocator), else the one the
+// driver calls for (valid once the driver is chosen).
 DeviceAllocator& device_allocator();
+// Makes a user's malloc/free serve musa memory; only before any is allocated.
+void use_pluggable_allocator(std::shared_ptr<RawAllocatorFns> fns);
+// A fresh pool id: {0, n} for user pools, {n, 0} for graph pools.
+c10::MempoolId_t new_pool_id(bool user_pool);
 
 // Grows or shrinks a musa storage to `nbytes`, keeping its leading bytes (the
 // hooks' storage resize and the native resize_ kernels).

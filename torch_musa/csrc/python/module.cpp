@@ -20,6 +20,7 @@
 namespace torch_musa {
 void register_device();
 void init_nan_check(pybind11::module_& m);
+void init_memory(pybind11::module_& m);
 // core/PinnedAllocator.cpp: torch.musa.host_memory_stats' counters.
 std::map<std::string, double> host_memory_stats();
 void reset_host_memory_stats(bool peak);
@@ -101,29 +102,6 @@ void set_debug_callback(py::object fn) {
   }
 }
 
-py::list snapshot() {
-  py::list out;
-  for (const SegmentInfo& s : device_allocator().snapshot()) {
-    py::dict block;
-    block["address"] = s.address;
-    block["size"] = s.total_size;
-    block["requested_size"] = s.requested_size;
-    block["state"] = s.allocated ? "active_allocated" : "inactive";
-    py::dict seg;
-    seg["device"] = s.device;
-    seg["address"] = s.address;
-    seg["total_size"] = s.total_size;
-    seg["allocated_size"] = s.allocated ? s.total_size : 0;
-    seg["active_size"] = s.allocated ? s.total_size : 0;
-    seg["requested_size"] = s.requested_size;
-    seg["stream"] = s.stream;
-    seg["segment_type"] = s.total_size <= (size_t(1) << 20) ? "small" : "large";
-    seg["blocks"] = py::list(py::make_tuple(block));
-    out.append(seg);
-  }
-  return out;
-}
-
 }  // namespace
 
 namespace torch_musa {
@@ -161,16 +139,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_device", [](int d) { set_current_device(c10::DeviceIndex(d)); });
   m.def("_check_device", [](int d) { check_device(c10::DeviceIndex(d)); });
   m.def("_sleep", &sleep_cycles);
-  m.def("_set_memory_fraction", [](double f, int d) {
-    device_allocator().set_memory_fraction(f, c10::DeviceIndex(d));
-  });
-  m.def("_set_allocator_settings", [](int64_t max_split, double gc) {
-    AllocatorSettings s;
-    if (max_split > 0) s.max_split_size = size_t(max_split);
-    s.garbage_collection_threshold = gc;
-    device_allocator().set_settings(s);
-  });
-  m.def("_memory_snapshot", &snapshot);
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(c10::DeviceIndex(d))));
@@ -202,4 +170,5 @@ PYBIND11_MODULE(_C, m) {
       "torch_musa._C._kernel_alias_capi");
   m.def("_register_fallback_ops", &register_fallback_for);
   init_nan_check(m);
+  init_memory(m);  // python/memory.cpp
 }
