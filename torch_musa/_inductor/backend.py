@@ -17,8 +17,12 @@ is GPU memory: CPU kernels cannot touch it, so the backend says so instead.
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import torch
+import torch._inductor.ir
+import torch._inductor.kernel.mm_common  # noqa: F401  (binds get_current_backend; see below)
+import torch._inductor.utils
 from torch._inductor.codegen.common import (
     register_backend_for_device,
     register_device_op_overrides,
@@ -27,6 +31,8 @@ from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.custom_graph_pass import CustomGraphModulePass
+from torch._inductor.ir import get_device_type
+from torch._inductor.scheduler import BaseSchedulerNode
 
 from torch_musa.config import CONFIG
 from torch_musa.ops.dtype_policy import DTYPE_AGNOSTIC_OPS
@@ -147,10 +153,55 @@ def _cuda_driver_scheduling(scheduler):
         "Triton code generation for it is not implemented. Use backend='aot_eager' or 'eager'.")
 
 
+_CPP_DEVICES = ("cpu", DEVICE)
+
+
+def _musa_is_cpp_code(x) -> bool:
+    return get_device_type(x) in _CPP_DEVICES
+
+
+def _node_is_cpp_code(self) -> bool:
+    device = self.get_device()
+    return device is not None and device.type in _CPP_DEVICES
+
+
+_stock_get_current_backend = torch._inductor.utils.get_current_backend
+
+
+def _get_current_backend(device_type: str | None = None) -> str:
+    if not device_type:
+        from torch._inductor.virtualized import V
+
+        device_type = V.graph.get_current_device_or_throw().type
+    if device_type == DEVICE:
+        return "cpp"
+    return _stock_get_current_backend(device_type)
+
+
+def _answer_as_cpp_code_for_musa() -> None:
+    """Make Inductor's "which code does this device get" questions answer C++ for musa.
+
+    Inductor answers them by device name: ``get_current_backend`` gives any device
+    it does not know Triton (so C++ kernels lost their dtype propagation), and the
+    ``is_cpu`` predicates, which mean "gets C++ CPU code", turn off what the C++
+    backend lacks (loop reordering made for Triton) and pick the CPU's realize
+    heuristics. On the host driver musa gets the CPU's C++ code, so they answer as
+    for the CPU. ``get_current_backend`` is bound by name in several Inductor
+    modules; each binding of the stock function is replaced.
+    """
+    torch._inductor.ir.is_cpu = _musa_is_cpp_code
+    BaseSchedulerNode.is_cpu = _node_is_cpp_code
+    for name, module in list(sys.modules.items()):
+        if (name.startswith("torch._inductor")
+                and getattr(module, "get_current_backend", None) is _stock_get_current_backend):
+            module.get_current_backend = _get_current_backend
+
+
 def register() -> None:
     """Register the musa backend with Inductor (idempotent)."""
     if CONFIG.driver == "host":
         scheduling = CppScheduling
+        _answer_as_cpp_code_for_musa()
     else:
         scheduling = _cuda_driver_scheduling
     from torch_musa._inductor.aoti import MusaCppWrapperCpu
