@@ -28,9 +28,17 @@ from torch_musa.core.device import (
     set_device,
     synchronize,
 )
+from torch_musa.core import memory
 from torch_musa.core.memory import (
+    MemPool,
+    MemPoolContext,
+    MUSAPluggableAllocator,
     OutOfMemoryError,
+    caching_allocator_alloc,
+    caching_allocator_delete,
+    change_current_allocator,
     empty_cache,
+    get_allocator_backend,
     max_memory_allocated,
     max_memory_cached,
     max_memory_reserved,
@@ -40,6 +48,7 @@ from torch_musa.core.memory import (
     memory_reserved,
     memory_snapshot,
     memory_stats,
+    memory_stats_all,
     memory_stats_as_nested_dict,
     memory_summary,
     reset_accumulated_memory_stats,
@@ -47,6 +56,7 @@ from torch_musa.core.memory import (
     reset_max_memory_cached,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
+    use_mem_pool,
 )
 from torch_musa.core.random import (
     default_generators as _default_generators,
