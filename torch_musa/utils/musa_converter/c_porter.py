@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from torch_musa.cuda_mapping import Table, load_table
+from torch_musa.utils.musa_converter.text import restore_eols, split_eols
 
 _TOKEN = re.compile(
     r'(?P<inc>^[ \t]*#[ \t]*include[ \t]*)(?P<q>[<"])(?P<path>[^>"\n]+)[>"]'
@@ -42,6 +43,8 @@ def new_path(path: str, table: Table | None = None) -> str:
 
 def port_source(text: str, table: Table | None = None) -> CResult:
     t = table or load_table()
+    original = text
+    text, eols = split_eols(text)   # `^` must match after a bare \r too
     counts: Counter = Counter()
     review: list = []
     unverified: set[str] = set()
@@ -97,7 +100,7 @@ def port_source(text: str, table: Table | None = None) -> CResult:
         return "::".join(out)
 
     new = _TOKEN.sub(sub, text)
-    return CResult(new if counts else text, counts, review)
+    return CResult(restore_eols(new, eols) if counts else original, counts, review)
 
 
 def _line_of(text: str, name: str) -> int:

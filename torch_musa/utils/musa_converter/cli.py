@@ -9,6 +9,11 @@ Safety policy
   renamed to ``.mu``/``.muh`` (the original goes to the backup).
 * ``-o/--output_path DIR`` converts a copy of the tree into DIR and leaves the
   source untouched (no backup needed).
+* Files keep their bytes outside the rewrites (line endings, encoding, BOM,
+  final newline), their inode, mode and owner (written in place); read-only
+  files are left alone and listed.
+* SIGINT/SIGTERM stop the run after the files being written; the report (and
+  ``--report``) says what was done; workers end with the command.
 * A second run changes nothing. Files that do not parse, are binary or not
   UTF-8, or are links out of the root are skipped and reported; the exit code
   is 1 if any file failed, 0 otherwise (2 for bad arguments).
@@ -19,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 
 from torch_musa.utils.musa_converter import engine
@@ -98,13 +104,24 @@ def print_report(res: engine.RunResult, quiet: bool = False, out=None, limit: in
                 r = next(x for x in data["review"] if x["id"] == rid)
                 print(f"  {rid}: {r['advice']}", file=out)
             print(file=out)
+    if data["read_only"]:
+        print("Read-only files left unchanged (they need a rewrite; make them writable "
+              "and run again):", file=out)
+        for p in data["read_only"][:limit]:
+            print(f"  {p}", file=out)
+        if len(data["read_only"]) > limit:
+            print(f"  ... {len(data['read_only']) - limit} more (see --report)", file=out)
+        print(file=out)
     verb = "would change" if res.dry_run else "changed"
     print(f"musa-converter (table {data['table_version']}): {s['files']} files, {s['lines']} lines, "
           f"{verb} {s['converted']}, unchanged {s['unchanged']}, skipped {s['skipped']}, "
-          f"failed {s['failed']}; {s['rewrites']} rewrites, {s['review']} to review; "
+          f"failed {s['failed']}, read-only {s['read-only']}; {s['rewrites']} rewrites, {s['review']} to review; "
           f"{data['seconds']:.2f} s", file=out)
     if res.backup_dir:
         print(f"backups: {res.backup_dir}", file=out)
+    if res.interrupted:
+        print(f"musa-converter: INTERRUPTED by {res.interrupted}: the files above were done, "
+              f"{res.not_done} were not converted (run again to finish)", file=out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,6 +193,8 @@ def _main(argv: list[str] | None = None) -> int:
             json.dump(res.to_json(), fh, indent=2)
     for f in res.failed:
         print(f"musa-converter: skipped {f.path}: {f.reason}", file=sys.stderr)
+    if res.interrupted:
+        return 128 + int(getattr(signal, res.interrupted))
     return 1 if res.failed else 0
 
 

@@ -1,18 +1,24 @@
 """Walking a tree, converting files in parallel, writing results and backups."""
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import difflib
+import io
 import multiprocessing
 import os
 import shutil
+import signal
+import stat
 import sys
-import tempfile
+import threading
 import time
+import tokenize
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from torch_musa.utils.musa_converter import c_porter, python_rewriter
+from torch_musa.utils.musa_converter import c_porter
 from torch_musa.cuda_mapping import load_table
 
 BACKUP_DIRNAME = ".musa_converter_backup"
@@ -60,6 +66,8 @@ class RunResult:
     dry_run: bool
     backup_dir: str | None
     table_version: str
+    interrupted: str | None = None   # the signal that stopped the run early
+    not_done: int = 0                # files not converted because of it
 
     @property
     def failed(self) -> list[FileResult]:
@@ -89,8 +97,12 @@ class RunResult:
             "dry_run": self.dry_run,
             "backup_dir": self.backup_dir,
             "seconds": round(self.seconds, 3),
+            "interrupted": self.interrupted,
+            "not_done": self.not_done,
+            "read_only": [f.path for f in self.files if f.status == "read-only"],
             "summary": {"files": len(self.files), "lines": sum(f.lines for f in self.files),
-                        **{k: status.get(k, 0) for k in ("converted", "unchanged", "skipped", "failed")},
+                        **{k: status.get(k, 0) for k in ("converted", "unchanged", "skipped", "failed",
+                                                            "read-only")},
                         "rewrites": sum(self.rule_counts().values()), "review": len(review)},
             "rules": dict(sorted(self.rule_counts().items())),
             "files": [{k: v for k, v in asdict(f).items() if k != "diff"} for f in self.files],
@@ -188,32 +200,117 @@ def _init_worker(ctx: dict) -> None:
     load_table()
 
 
-def _read_text(path: str) -> tuple[str | None, str, bool]:
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the converter: stop and report what was done."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """SIGINT and SIGTERM raise ``Interrupted`` in the main thread while the
+    run lasts (a file being written finishes first, see _write_in_place)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _raise_interrupted) for s in _GUARDED}
+    try:
+        yield
+    except Interrupted:
+        for s in _GUARDED:          # no second interrupt while the pool stops
+            signal.signal(s, signal.SIG_IGN)
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _init_pool_worker(ctx: dict, parent: int) -> None:
+    """A worker ends with the converter: SIGTERM when the parent dies (Linux
+    prctl PR_SET_PDEATHSIG, elsewhere a thread watching the parent pid).
+    Ctrl-C goes to the parent, which stops the pool and writes the report."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:      # the parent died before prctl
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    _init_worker(ctx)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _watch_parent(parent: int) -> None:
+    if _HAS_SIGMASK:   # let the main thread take the signal (it may be mid-write)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _GUARDED)
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _read_text(path: str, kind: str) -> tuple[str | None, str, str]:
+    """(text, why not, codec). Python files are decoded with the encoding they
+    declare (PEP 263 cookie or BOM, UTF-8 by default) and written back with
+    it; other files must be UTF-8 (a BOM is kept)."""
     with open(path, "rb") as f:
         data = f.read()
     if b"\0" in data:
-        return None, "binary file (NUL bytes)", False
-    bom = data.startswith(b"\xef\xbb\xbf")
+        return None, "binary file (NUL bytes)", ""
+    codec = "utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8"
+    if kind == "python":
+        try:
+            codec, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError:   # undecodable or a bad cookie: UTF-8 decides below
+            pass
     try:
-        text = data[3:].decode("utf-8") if bom else data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return None, f"not UTF-8 ({e.reason} at byte {e.start})", False
-    return text, "", bom
+        text = data.decode(codec)
+    except (UnicodeDecodeError, LookupError) as e:
+        why = e.reason if isinstance(e, UnicodeDecodeError) else str(e)
+        at = f" at byte {e.start}" if isinstance(e, UnicodeDecodeError) else ""
+        name = "UTF-8" if codec.startswith("utf-8") else codec
+        return None, f"not {name} ({why}{at})", ""
+    return text, "", codec
 
 
-def _write_text(path: str, text: str, bom: bool, mode_from: str | None) -> None:
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".musa_converter.", dir=d)
+def _read_only(path: str) -> str:
+    """Why ``path`` must be left alone ("" if it may be rewritten): no write
+    bit at all (0444, even for root), or no write permission for this user."""
+    st = os.stat(path)
+    if not st.st_mode & 0o222 or not os.access(path, os.W_OK):
+        return f"read-only file (mode {stat.S_IMODE(st.st_mode):04o}): left unchanged"
+    return ""
+
+
+_GUARDED = {signal.SIGINT, signal.SIGTERM}
+_HAS_SIGMASK = hasattr(signal, "pthread_sigmask")
+
+
+def _write_in_place(path: str, data: bytes) -> None:
+    """Overwrite ``path``'s bytes in place: the file keeps its inode, mode,
+    owner, hard links and extended attributes (a new file moved over it would
+    not). SIGINT/SIGTERM wait until the write is done, so an interrupted run
+    never leaves a half-written file."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _GUARDED) if _HAS_SIGMASK else None
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"))
-        if mode_from and os.path.exists(mode_from):
-            shutil.copymode(mode_from, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def process_file(job: tuple[str, str, str]) -> FileResult:
@@ -221,7 +318,7 @@ def process_file(job: tuple[str, str, str]) -> FileResult:
     ctx = _CTX
     t = load_table()
     try:
-        text, why, bom = _read_text(path)
+        text, why, codec = _read_text(path, kind)
     except OSError as e:
         return FileResult(rel, kind, "failed", f"cannot read: {e.strerror}")
     if text is None:
@@ -231,6 +328,8 @@ def process_file(job: tuple[str, str, str]) -> FileResult:
     new_abs = path
     try:
         if kind == "python":
+            # libcst takes ~0.2 s to import: only runs that rewrite Python pay it.
+            from torch_musa.utils.musa_converter import python_rewriter
             launch = os.path.realpath(path) in ctx.get("launch", ())
             r = python_rewriter.convert_source(text, t, launch=launch, filename=rel)
         else:
@@ -261,14 +360,19 @@ def process_file(job: tuple[str, str, str]) -> FileResult:
             res.diff = f"rename {rel} -> {res.new_path}\n"
         return res
     try:
+        ro = _read_only(path)
+        if ro:
+            res.status, res.reason = "read-only", ro
+            return res
+        data = r.source.encode(codec)
         if ctx.get("backup_dir"):
             dst = os.path.join(ctx["backup_dir"], rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copy2(path, dst)
-        _write_text(new_abs, r.source, bom, path)
         if renamed:
-            os.unlink(path)
-    except OSError as e:
+            os.rename(path, new_abs)   # the same file under its new name
+        _write_in_place(new_abs, data)
+    except (OSError, UnicodeEncodeError) as e:
         res.status, res.reason = "failed", f"cannot write: {e}"
     return res
 
@@ -310,25 +414,31 @@ def run(opts: Options) -> RunResult:
         except ImportError:
             bar = None
     results: list[FileResult] = list(early)
-    if n == 1 or len(jobs) < 8:
-        _init_worker(ctx)
-        for j in jobs:
-            results.append(process_file(j))
-            if bar:
-                bar.update(1)
-    else:
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-        mp = multiprocessing.get_context(method)
-        chunk = max(1, min(16, len(jobs) // (n * 16)))
-        with mp.Pool(n, initializer=_init_worker, initargs=(ctx,)) as pool:
-            for r in pool.imap_unordered(process_file, jobs, chunksize=chunk):
-                results.append(r)
-                if bar:
-                    bar.update(1)
+    interrupted = None
+    try:
+        with _interruptible():
+            if n == 1 or len(jobs) < 8:
+                _init_worker(ctx)
+                for j in jobs:
+                    results.append(process_file(j))
+                    if bar:
+                        bar.update(1)
+            else:
+                method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+                mp = multiprocessing.get_context(method)
+                chunk = max(1, min(16, len(jobs) // (n * 16)))
+                with mp.Pool(n, initializer=_init_pool_worker, initargs=(ctx, os.getpid())) as pool:
+                    for r in pool.imap_unordered(process_file, jobs, chunksize=chunk):
+                        results.append(r)
+                        if bar:
+                            bar.update(1)
+    except Interrupted as e:   # the pool's __exit__ has stopped the workers
+        interrupted = signal.Signals(e.signum).name
     if bar:
         bar.close()
     results.sort(key=lambda f: f.path)
     if backup_dir and not any(f.status == "converted" for f in results):
         backup_dir = None
     return RunResult(os.path.abspath(opts.root), results, time.perf_counter() - t0,
-                     opts.dry_run, backup_dir, t.version)
+                     opts.dry_run, backup_dir, t.version, interrupted,
+                     len(jobs) + len(early) - len(results))

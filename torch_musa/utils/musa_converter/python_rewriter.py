@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from torch_musa.cuda_mapping import Table, load_table
+from torch_musa.utils.musa_converter.text import restore_eols, split_eols
 
 LAUNCH_IMPORT = "import torch_musa"
 
@@ -672,14 +673,13 @@ def _convert_source(source: str, t: Table, launch: bool, filename: str) -> PyRes
     found = t.find_hits(source) if any(w in source for w in t.trigger_plain) else []
     if not found and not launch:
         return PyResult(source)
-    tree = ast.parse(source, filename=filename)
-    # Lines as Python counts them (\n, \r\n or \r; not \f or \u2028).
-    lines = io.StringIO(source, newline="").readlines()
-    if lines and not lines[-1].endswith(("\n", "\r")):
-        lines[-1] += "\n"
-        added_nl = True
-    else:
-        added_nl = False
+    # Rewrite text whose lines all end in "\n"; each line's own ending (\r\n,
+    # bare \r, none at the end) is put back afterwards.
+    norm, eols = split_eols(source)
+    if eols is not None and found:
+        found = t.find_hits(norm)
+    tree = ast.parse(norm, filename=filename)
+    lines = io.StringIO(norm, newline="").readlines()   # lines as Python counts them
     line_starts = [0, *itertools.accumulate(map(len, lines))]
     per_line: dict[int, list[tuple[int, int]]] = {}
     for a, b in found:
@@ -754,14 +754,16 @@ def _convert_source(source: str, t: Table, launch: bool, filename: str) -> PyRes
             i = text.index("#")
             new_lines[ln - 1] = text[:i] + comment_text(t, text[i:], counts)
 
+    out = restore_eols("".join(new_lines), eols)
     if launch and not _has_launch_import(tree):
         at = _launch_line(tree)
-        nl = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-        at = len(lines) if at < 0 else at
-        new_lines.insert(at, LAUNCH_IMPORT + nl)
+        orig = io.StringIO(out, newline="").readlines()
+        nl = (eols[0] or "\n") if eols else "\n"
+        at = len(orig) if at < 0 else at
+        if at == len(orig) and orig and not orig[-1].endswith(("\n", "\r")):
+            orig[-1] += nl
+        orig.insert(at, LAUNCH_IMPORT + nl)
+        out = "".join(orig)
         counts["py.launch-import"] += 1
-    out = "".join(new_lines)
-    if added_nl and out.endswith("\n") and not source.endswith("\n"):
-        out = out[:-1]
     review.sort(key=lambda r: r["line"])
     return PyResult(out if counts else source, counts, review)
