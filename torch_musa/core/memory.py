@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import torch
+from torch.cuda import _memory_viz
 
 from torch_musa import _C
 from torch_musa.config import CONFIG
@@ -252,13 +253,11 @@ def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_trace
 
 
 def _save_segment_usage(filename: str = "output.svg", snapshot: dict | None = None) -> None:
-    from torch.cuda import _memory_viz
     with open(filename, "w") as f:
         f.write(_memory_viz.segments(_snapshot() if snapshot is None else snapshot))
 
 
 def _save_memory_usage(filename: str = "output.svg", snapshot: dict | None = None) -> None:
-    from torch.cuda import _memory_viz
     with open(filename, "w") as f:
         f.write(_memory_viz.memory(_snapshot() if snapshot is None else snapshot))
 
