@@ -104,6 +104,10 @@ class MusaDeviceOpOverrides(CpuDeviceOpOverrides):
         return f"torch.musa.device({device_idx})"
 
 
+# Eager's exemptions, plus the conversion that ``Tensor.to`` decomposes into here.
+_AGNOSTIC = DTYPE_AGNOSTIC_OPS | {"prims::convert_element_type"}
+
+
 class ProfileDtypeCheck(CustomGraphModulePass):
     """Refuses a compiled graph that computes in a dtype the hardware profile lacks.
 
@@ -128,7 +132,7 @@ class ProfileDtypeCheck(CustomGraphModulePass):
             if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
                 continue
             name = node.target._schema.name
-            if name in DTYPE_AGNOSTIC_OPS:
+            if name in _AGNOSTIC:
                 continue
             for value in [node.meta.get("val"), *(a.meta.get("val") for a in node.all_input_nodes)]:
                 for t in value if isinstance(value, (list, tuple)) else [value]:
@@ -142,7 +146,7 @@ class ProfileDtypeCheck(CustomGraphModulePass):
 
     def uuid(self) -> bytes:
         # Compiled graphs are cached on disk: one checked under another profile must not be reused.
-        key = f"musa-dtype-check-v1:{sorted(map(str, self._unsupported()))}"
+        key = f"musa-dtype-check-v2:{sorted(map(str, self._unsupported()))}"
         return hashlib.sha256(key.encode()).digest()
 
 
