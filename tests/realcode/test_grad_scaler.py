@@ -82,7 +82,7 @@ def _assert_same_runs(musa, ref):
     assert_same([v for i, v in enumerate(m_losses) if i != OVERFLOW_STEP],
                 [v for i, v in enumerate(c_losses) if i != OVERFLOW_STEP], "fp16 losses",
                 dtype=torch.float16)
-    assert_same_params(m_params, c_params, "fp16 GradScaler training")
+    assert_same_params(m_params, c_params, "fp16 GradScaler training", dtype=torch.float16)
 
 
 def test_grad_scaler_fp16_matches_the_cpu_run():
