@@ -15,6 +15,7 @@ class ShardedGradScaler(_TorchShardedGradScaler):
 
     As torch_musa.amp's GradScaler, ``1 / scale`` is computed in float64 only where the
     hardware profile has float64, else in float32 (exact for the power-of-two scales).
+    Without a process group (one process) it unscales alone instead of raising.
     """
 
     def __init__(self, device: str = "musa", init_scale: float = 2.0**16,
@@ -28,7 +29,7 @@ class ShardedGradScaler(_TorchShardedGradScaler):
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         if not self._enabled:
             return
-        if self._device != "musa" or CONFIG.profile.supports_fp64:
+        if self._device != "musa":
             return super().unscale_(optimizer)
         self._check_scale_growth_tracker("unscale_")
         state = self._per_optimizer_states[id(optimizer)]
@@ -36,7 +37,8 @@ class ShardedGradScaler(_TorchShardedGradScaler):
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        inv_scale = self._scale.reciprocal()
+        inv_scale = (self._scale.double().reciprocal().float() if CONFIG.profile.supports_fp64
+                     else self._scale.reciprocal())
         found_inf = torch.full((1,), 0.0, dtype=torch.float32, device=self._scale.device)
         state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale, found_inf, True)
         state["stage"] = OptState.UNSCALED
