@@ -54,6 +54,20 @@ struct Driver {
   virtual void event_synchronize(DriverEvent* event) = 0;
   virtual double event_elapsed_ms(DriverEvent* start, DriverEvent* end) = 0;
 
+  // Graph capture (core/MUSAGraph.cpp records the work, torch_musa/core/graphs.py
+  // drives it; under the cuda driver CUDA graphs capture and these are unused).
+  // While `stream` captures, the driver refuses what would wait for captured
+  // work, as CUDA does: synchronising or querying the capturing stream, or an
+  // event recorded on it, always; synchronising the device from any thread
+  // (mode 0, "global"), from the capturing thread (1, "thread_local"), or never
+  // (2, "relaxed"). The refusal raises CUDA's "operation not permitted when
+  // stream is capturing" and invalidates the capture: capture_end returns the
+  // first such error ("" when the capture stayed valid).
+  virtual void capture_begin(c10::Stream stream, int mode);
+  virtual std::string capture_end(c10::Stream stream);
+  virtual bool stream_capturing(c10::Stream) { return false; }
+  virtual void capture_invalidate(c10::Stream, const std::string&) {}
+
   // ---- What a driver with a runtime of its own brings (the cuda driver).
   // The defaults are the host driver's: kernels are CPU kernels, and the
   // runtime core keeps memory, streams and the current device itself.

@@ -13,10 +13,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace torch_musa {
 
@@ -74,12 +78,15 @@ class HostDriver final : public Driver {
     ready = std::max(ready, now_ns()) + ns;
   }
   bool stream_query(c10::Stream stream) override {
+    check_capture_stream(stream, "querying");
     return ready_at(stream) <= now_ns();
   }
   void stream_synchronize(c10::Stream stream) override {
+    check_capture_stream(stream, "synchronizing");
     wait_until(ready_at(stream));
   }
   void device_synchronize(c10::DeviceIndex device) override {
+    check_capture_device(device);
     int64_t latest = 0;
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -95,10 +102,50 @@ class HostDriver final : public Driver {
     ready = std::max(ready, event->when_ns);
   }
 
+  // ---- Graph capture (Driver.h).
+  void capture_begin(c10::Stream stream, int mode) override {
+    TORCH_CHECK(mode >= 0 && mode <= 2, "capture_error_mode must be 0 (global), 1 "
+                "(thread_local) or 2 (relaxed), got ", mode);
+    TORCH_CHECK(stream.id() != 0,
+                "MUSA graphs must be captured on a non-default stream. (However, after "
+                "capture, it's ok to replay them on the default stream.)");
+    std::lock_guard<std::mutex> g(capture_mu_);
+    TORCH_CHECK(!find_capture(stream), "stream ", stream.id(), " of musa:",
+                int(stream.device_index()),
+                " is already capturing a MUSA graph; end that capture first");
+    captures_.push_back({stream, mode, std::this_thread::get_id(), {}, {}});
+    ++capture_count_;
+  }
+  std::string capture_end(c10::Stream stream) override {
+    std::lock_guard<std::mutex> g(capture_mu_);
+    for (auto it = captures_.begin(); it != captures_.end(); ++it) {
+      if (it->stream != stream) continue;
+      std::string error = std::move(it->error);
+      captures_.erase(it);
+      --capture_count_;
+      return error;
+    }
+    TORCH_CHECK(false, "capture_end: stream ", stream.id(), " of musa:",
+                int(stream.device_index()), " is not capturing a MUSA graph");
+  }
+  bool stream_capturing(c10::Stream stream) override {
+    if (capture_count_.load(std::memory_order_relaxed) == 0) return false;
+    std::lock_guard<std::mutex> g(capture_mu_);
+    return find_capture(stream) != nullptr;
+  }
+  void capture_invalidate(c10::Stream stream, const std::string& error) override {
+    std::lock_guard<std::mutex> g(capture_mu_);
+    if (Capture* c = find_capture(stream))
+      if (c->error.empty()) c->error = error;
+  }
+
   DriverEvent* event_create(c10::DeviceIndex device, bool timing) override {
     return new DriverEvent{device, timing};
   }
-  void event_destroy(DriverEvent* event) override { delete event; }
+  void event_destroy(DriverEvent* event) override {
+    forget_captured_event(event);
+    delete event;
+  }
   void event_record(DriverEvent* event, c10::Stream stream) override {
     TORCH_CHECK(event->device == stream.device_index(),
                 "Event was created on musa:", int(event->device),
@@ -106,11 +153,14 @@ class HostDriver final : public Driver {
                 int(stream.device_index()));
     event->when_ns = std::max(now_ns(), ready_at(stream));
     event->recorded = true;
+    note_captured_event(event, stream);
   }
   bool event_query(DriverEvent* event) override {
+    check_capture_event(event, "querying");
     return !event->recorded || event->when_ns <= now_ns();
   }
   void event_synchronize(DriverEvent* event) override {
+    check_capture_event(event, "synchronizing");
     if (event->recorded) wait_until(event->when_ns);
   }
   double event_elapsed_ms(DriverEvent* start, DriverEvent* end) override {
@@ -129,6 +179,64 @@ class HostDriver final : public Driver {
   }
   std::mutex mu_;
   std::map<Key, int64_t> ready_;
+
+  struct Capture {
+    c10::Stream stream;
+    int mode;
+    std::thread::id thread;
+    std::string error;                    // the first refused call, if any
+    std::set<const DriverEvent*> events;  // recorded on the stream during capture
+  };
+  std::mutex capture_mu_;
+  std::vector<Capture> captures_;         // under capture_mu_
+  std::atomic<int> capture_count_{0};     // the fast path: nothing captures
+
+  Capture* find_capture(c10::Stream s) {
+    for (Capture& c : captures_)
+      if (c.stream == s) return &c;
+    return nullptr;
+  }
+  [[noreturn]] static void refuse(Capture& c, const std::string& what) {
+    static const char* modes[] = {"global", "thread_local", "relaxed"};
+    std::string msg =
+        "musa error: operation not permitted when stream is capturing: " + what +
+        " while stream " + std::to_string(c.stream.id()) + " of musa:" +
+        std::to_string(int(c.stream.device_index())) + " captures a MUSA graph "
+        "(capture_error_mode='" + modes[c.mode] + "'). Synchronising, .item(), copies "
+        "to the CPU and blocking waits on captured work are not allowed during capture; "
+        "do them before capture begins or after it ends.";
+    if (c.error.empty()) c.error = msg;
+    TORCH_CHECK(false, msg);
+  }
+  void check_capture_stream(c10::Stream s, const char* verb) {
+    if (capture_count_.load(std::memory_order_relaxed) == 0) return;
+    std::lock_guard<std::mutex> g(capture_mu_);
+    if (Capture* c = find_capture(s)) refuse(*c, std::string(verb) + " the capturing stream");
+  }
+  void check_capture_device(c10::DeviceIndex d) {
+    if (capture_count_.load(std::memory_order_relaxed) == 0) return;
+    std::lock_guard<std::mutex> g(capture_mu_);
+    for (Capture& c : captures_)
+      if (c.stream.device_index() == d &&
+          (c.mode == 0 || (c.mode == 1 && c.thread == std::this_thread::get_id())))
+        refuse(c, "synchronizing the device");
+  }
+  void note_captured_event(const DriverEvent* e, c10::Stream s) {
+    if (capture_count_.load(std::memory_order_relaxed) == 0) return;
+    std::lock_guard<std::mutex> g(capture_mu_);
+    if (Capture* c = find_capture(s)) c->events.insert(e);
+  }
+  void check_capture_event(const DriverEvent* e, const char* verb) {
+    if (capture_count_.load(std::memory_order_relaxed) == 0) return;
+    std::lock_guard<std::mutex> g(capture_mu_);
+    for (Capture& c : captures_)
+      if (c.events.count(e)) refuse(c, std::string(verb) + " an event recorded during capture");
+  }
+  void forget_captured_event(const DriverEvent* e) {
+    if (capture_count_.load(std::memory_order_relaxed) == 0) return;
+    std::lock_guard<std::mutex> g(capture_mu_);
+    for (Capture& c : captures_) c.events.erase(e);
+  }
 };
 
 }  // namespace
@@ -142,6 +250,14 @@ Driver* g_driver = nullptr;
 }
 
 c10::Allocator* Driver::kernel_allocator() { return c10::GetCPUAllocator(); }
+
+void Driver::capture_begin(c10::Stream, int) {
+  TORCH_CHECK(false, "the ", name(), " driver does not capture MUSA graphs here (under the "
+              "cuda driver torch.musa graphs are CUDA graphs)");
+}
+std::string Driver::capture_end(c10::Stream) {
+  TORCH_CHECK(false, "the ", name(), " driver is not capturing a MUSA graph");
+}
 
 at::Generator Driver::kernel_generator(c10::DeviceIndex, uint64_t seed) {
   return at::make_generator<at::CPUGeneratorImpl>(seed);

@@ -1,0 +1,543 @@
+"""MUSA graphs: ``torch.musa.MUSAGraph``, ``graph``, ``graph_pool_handle``,
+``make_graphed_callables``, ``is_current_stream_capturing`` -- torch.cuda's graph API.
+
+Under the cuda driver musa streams are CUDA streams and musa memory is CUDA's
+caching allocator's, so a MUSA graph *is* a CUDA graph (``torch.cuda.CUDAGraph``
+captures on the current stream, which is the current musa stream).
+
+Under the host driver kernels run on the CPU as they are issued, so capture
+records instead: a dispatch mode below autograd sees each op issued on musa
+with its argument tensors (the static memory), runs it once (for shapes and
+aliasing), and hands it to the runtime's replay list (``_C._GraphExec``). Replay
+calls the ops again, without Python, on the same tensors and writes results
+into the tensors captured then, so updating static inputs in place and
+replaying updates static outputs in place, as on CUDA. To keep CUDA's
+"capture runs nothing" observable, musa memory that existed before capture and
+that captured ops wrote is put back at capture end, and the default generator of
+the capturing device is restored (replays draw fresh random numbers from it, so a
+replay after ``manual_seed(s)`` draws what eager code would). Memory allocated
+during capture belongs to the graph's pool and lives as long as a graph uses it.
+What capture forbids raises CUDA's "operation not permitted when stream is
+capturing" and invalidates the capture; ``graph`` then ends it cleanly.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch.utils import _pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torch_musa import _C
+from torch_musa.config import CONFIG
+from torch_musa.core import _lazy
+from torch_musa.core.memory import empty_cache
+from torch_musa.core.device import synchronize
+from torch_musa.core.streams import Stream, current_stream
+from torch_musa.core.streams import stream as _stream_ctx
+
+__all__ = [
+    "MUSAGraph",
+    "graph",
+    "graph_pool_handle",
+    "is_current_stream_capturing",
+    "make_graphed_callables",
+]
+
+_CUDA = CONFIG.driver == "cuda"
+_MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
+_pools: "weakref.WeakValueDictionary[tuple[int, int], _Pool]" = weakref.WeakValueDictionary()
+_pools_lock = threading.Lock()
+
+
+def is_current_stream_capturing() -> bool:
+    """Whether the current musa stream is capturing a graph."""
+    if _CUDA:
+        return torch.cuda.is_current_stream_capturing()
+    if not _lazy.is_initialized():
+        return False
+    s = current_stream()
+    return _C._stream_is_capturing(s.device_index, s.stream_id)
+
+
+def graph_pool_handle() -> tuple[int, int]:
+    """An opaque token naming a graph memory pool, to share one pool between captures."""
+    if _CUDA:
+        return torch.cuda.graph_pool_handle()
+    return tuple(_C._mempool_new_id(True))
+
+
+class _Pool:
+    """The memory allocated by captures into one pool: alive while a graph uses it."""
+
+    def __init__(self, pool_id: tuple[int, int]):
+        self.id = pool_id
+        self.tensors: list[torch.Tensor] = []
+
+
+def _pool(pool_id: tuple[int, int]) -> _Pool:
+    with _pools_lock:
+        p = _pools.get(pool_id)
+        if p is None:
+            p = _pools[pool_id] = _Pool(pool_id)
+        return p
+
+
+# Ops whose result the host reads (CUDA synchronises for them, which capture forbids).
+_HOST_READS = {
+    "_local_scalar_dense": ".item() (_local_scalar_dense, a read of device data by the host)",
+    "equal": "torch.equal (its bool result is read by the host)",
+    "is_nonzero": "a tensor's truth value (read by the host)",
+    "nonzero": "nonzero (its output size depends on the data)",
+    "masked_select": "masked_select (its output size depends on the data)",
+    "_unique": "unique (its output size depends on the data)",
+    "_unique2": "unique (its output size depends on the data)",
+    "unique_dim": "unique (its output size depends on the data)",
+    "unique_consecutive": "unique_consecutive (its output size depends on the data)",
+    "unique_dim_consecutive": "unique_consecutive (its output size depends on the data)",
+}
+_NO_REPLAY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+
+
+def _is_musa(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "musa"
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for t in x if isinstance(t, torch.Tensor)]
+    return []
+
+
+class _Recorder(TorchDispatchMode):
+    """Runs and records every op issued on musa during one capture."""
+
+    def __init__(self, device: int, stream_id: int, pool: _Pool):
+        super().__init__()
+        self.device, self.stream_id, self.pool = device, stream_id, pool
+        self.exec = _C._GraphExec()
+        self.fresh: set[int] = set()  # storages allocated during this capture
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # storage -> (bytes, copy)
+        self.ops: list[str] = []
+        self.error: str | None = None
+
+    def _forbid(self, what: str) -> None:
+        msg = (f"musa error: operation not permitted when stream is capturing: {what} while "
+               f"stream {self.stream_id} of musa:{self.device} captures a MUSA graph. "
+               "Synchronising, .item(), copies to the CPU and blocking waits on captured work "
+               "are not allowed during capture; do them before capture begins or after it ends.")
+        if self.error is None:
+            self.error = msg
+            _C._capture_invalidate(self.device, self.stream_id, msg)
+        raise RuntimeError(msg)
+
+    def _check(self, func, args, kwargs) -> None:
+        name = func.overloadpacket.__name__
+        if name in _HOST_READS:
+            self._forbid(_HOST_READS[name])
+        if name in ("_to_copy", "to") and kwargs.get("device") is not None and \
+                torch.device(kwargs["device"]).type == "cpu":
+            self._forbid("a copy to the CPU")
+        if name == "copy_" and not _is_musa(args[0]):
+            self._forbid("a copy to the CPU")
+        if name in ("_copy_from", "_copy_from_and_resize") and not _is_musa(args[1]):
+            self._forbid("a copy to the CPU")
+        if name in ("index", "index_put_", "index_put") and any(
+                t.dtype in (torch.bool, torch.uint8) for t in _tensors(args[1])):
+            self._forbid(f"{name} with a boolean mask (its work depends on the data)")
+
+    def _save_written(self, func, args, kwargs) -> None:
+        """Keep the bytes of pre-capture memory that this op writes (put back at capture end)."""
+        schema = func._schema
+        for i, a in enumerate(schema.arguments):
+            if a.alias_info is None or not a.alias_info.is_write:
+                continue
+            val = args[i] if i < len(args) else kwargs.get(a.name)
+            for t in _tensors(val):
+                if not _is_musa(t):
+                    continue
+                key = _storage_key(t)
+                if key == 0 or key in self.fresh or key in self.saved:
+                    continue
+                raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+                self.saved[key] = (raw, raw.clone())
+
+    def restore(self) -> None:
+        for raw, copy in self.saved.values():
+            raw.copy_(copy)
+        self.saved.clear()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = [t for t in _pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        on_musa = any(_is_musa(t) for t in inputs)
+        if on_musa:
+            self._check(func, args, kwargs)
+            self._save_written(func, args, kwargs)
+        out = func(*args, **kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        if on_musa or any(_is_musa(t) for o in outs for t in _tensors(o)):
+            self._record(func, args, kwargs, inputs, outs)
+        return out
+
+    def _record(self, func, args, kwargs, inputs, outs) -> None:
+        in_keys = {_storage_key(t) for t in inputs if _is_musa(t)}
+        copy_to = []
+        for i, o in enumerate(outs):
+            items = [(-1, o)] if isinstance(o, torch.Tensor) else \
+                list(enumerate(o)) if isinstance(o, (list, tuple)) else []
+            for j, t in items:
+                if not _is_musa(t):
+                    continue
+                key = _storage_key(t)
+                if key in in_keys:  # a view of an argument, or the argument written
+                    continue
+                self.fresh.add(key)
+                self.pool.tensors.append(t)
+                copy_to.append((i, j, t))
+        name = func.overloadpacket.__name__
+        writes = any(a.alias_info is not None and a.alias_info.is_write
+                     for a in func._schema.arguments)
+        if name in _NO_REPLAY or (not copy_to and not writes):
+            return  # allocation or view only: nothing to redo on replay
+        schema = func._schema
+        self.exec.add(schema.name, schema.overload_name, tuple(args), dict(kwargs), copy_to)
+        self.ops.append(f"{schema.name}.{schema.overload_name or 'default'}: " + ", ".join(
+            f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" for t in inputs))
+
+
+class MUSAGraph:
+    """A captured graph of musa work, replayed with ``replay()`` (torch.cuda.CUDAGraph's API)."""
+
+    def __init__(self, keep_graph: bool = False):
+        self._cuda = torch.cuda.CUDAGraph(keep_graph) if _CUDA else None
+        self._exec = None
+        self._recorder: _Recorder | None = None
+        self._pool: _Pool | None = None
+        self._pool_id: tuple[int, int] | None = None
+        self._stream: tuple[int, int] | None = None
+        self._rng: torch.Tensor | None = None
+        self._generators: list[torch.Generator] = []
+        self._debug = False
+        self._ops: list[str] = []
+        self._routed = False  # the allocator routes (or routed) this capture to the pool
+
+    def capture_begin(self, pool: tuple[int, int] | None = None,
+                      capture_error_mode: str = "global") -> None:
+        """Begin capturing musa work on the current stream (``graph`` calls this for you)."""
+        if capture_error_mode not in _MODES:
+            raise ValueError(f"capture_error_mode must be one of {sorted(_MODES)}, "
+                             f"got {capture_error_mode!r}")
+        if self._cuda is not None:
+            self._cuda.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
+            return
+        if self._exec is not None or self._recorder is not None:
+            raise RuntimeError("This MUSAGraph instance already owns a captured graph. To "
+                               "capture a new graph, call reset() or create a new instance.")
+        _lazy._lazy_init()
+        s = current_stream()
+        _C._capture_begin(s.device_index, s.stream_id, _MODES[capture_error_mode])
+        self._stream = (s.device_index, s.stream_id)
+        self._pool_id = tuple(pool) if pool is not None else tuple(_C._mempool_new_id(False))
+        self._pool = _pool(self._pool_id)
+        # The caching allocator serves the capturing stream from the pool (CUDA's private
+        # pool); the recorded tensors keep that memory alive as long as a graph uses it.
+        try:
+            _C._musa_beginAllocateToPool(s.device_index, self._pool_id, s.stream_id)
+            self._routed = True
+        except RuntimeError:  # a pluggable allocator without pools: the references suffice
+            self._routed = False
+        gens = [_C._default_generator(s.device_index)] + self._generators
+        self._rng = [g.get_state() for g in gens]
+        self._recorder = _Recorder(s.device_index, s.stream_id, self._pool)
+        self._recorder.__enter__()
+
+    def _finish(self) -> _Recorder:
+        rec, self._recorder = self._recorder, None
+        try:
+            rec.__exit__(None, None, None)
+        finally:
+            err = _C._capture_end(*self._stream)
+            if self._routed:
+                _C._musa_endAllocateToPool(self._stream[0], self._pool_id)
+            rec.restore()
+            gens = [_C._default_generator(self._stream[0])] + self._generators
+            for g, state in zip(gens, self._rng):
+                g.set_state(state)
+        if err and rec.error is None:
+            rec.error = err
+        return rec
+
+    def capture_end(self) -> None:
+        """End capture; afterwards ``replay()`` re-runs the captured work."""
+        if self._cuda is not None:
+            self._cuda.capture_end()
+            return
+        if self._recorder is None:
+            raise RuntimeError("capture_end() without capture_begin()")
+        s = current_stream()
+        if (s.device_index, s.stream_id) != self._stream:
+            raise RuntimeError("Capture must end on the same stream it began on "
+                               f"(musa:{self._stream[0]} stream {self._stream[1]}, now "
+                               f"musa:{s.device_index} stream {s.stream_id}).")
+        rec = self._finish()
+        if rec.error is not None:
+            self.reset()
+            raise RuntimeError("MUSA graph capture was invalidated by an operation that "
+                               f"capture does not permit; the graph is empty. ({rec.error})")
+        self._exec, self._ops = rec.exec, rec.ops if self._debug else []
+
+    def _abort(self) -> None:
+        """End a capture that raised: the stream stops capturing and the graph stays empty."""
+        if self._cuda is not None:
+            try:
+                self._cuda.capture_end()
+            except RuntimeError:
+                pass
+            self._cuda.reset()
+            return
+        if self._recorder is not None:
+            self._finish()
+        self.reset()
+
+    def replay(self) -> None:
+        """Re-run the captured work over the captured memory."""
+        if self._cuda is not None:
+            self._cuda.replay()
+            return
+        if self._exec is None:
+            raise RuntimeError("Called MUSAGraph.replay() without a preceding successful capture.")
+        self._exec.replay()
+
+    def reset(self) -> None:
+        """Drop the captured work (its pool's memory is freed once no graph uses it)."""
+        if self._cuda is not None:
+            self._cuda.reset()
+            return
+        if self._recorder is not None:
+            raise RuntimeError("reset() during capture; end the capture first")
+        self._exec, self._pool, self._ops = None, None, []
+        if self._routed:
+            self._routed = False
+            _C._musa_releasePool(self._stream[0], self._pool_id)
+
+    def __del__(self):
+        try:
+            if self._recorder is None:
+                self.reset()
+        except Exception:  # never raise from the garbage collector
+            pass
+
+    def pool(self) -> tuple[int, int]:
+        """The id of this graph's memory pool, to pass as ``pool=`` to another capture."""
+        if self._cuda is not None:
+            return self._cuda.pool()
+        if self._pool_id is None:
+            raise RuntimeError("pool() before capture_begin(): the graph has no pool yet")
+        return self._pool_id
+
+    def register_generator_state(self, generator: torch.Generator) -> None:
+        """Let capture leave ``generator`` as it found it too (the default one always is)."""
+        if self._cuda is not None:
+            self._cuda.register_generator_state(generator)
+            return
+        self._generators.append(generator)
+
+    def enable_debug_mode(self) -> None:
+        """Keep a description of the captured ops for ``debug_dump``."""
+        if self._cuda is not None:
+            self._cuda.enable_debug_mode()
+        self._debug = True
+
+    def debug_dump(self, debug_path: str) -> None:
+        """Write the captured ops as a Graphviz DOT chain (after ``enable_debug_mode``)."""
+        if self._cuda is not None:
+            self._cuda.debug_dump(debug_path)
+            return
+        if not self._debug:
+            warnings.warn("MUSA Graphs debug not enabled, set with [graph].enable_debug_mode()")
+            return
+        lines = ["digraph musa_graph {", "  node [shape=box];"]
+        for i, op in enumerate(self._ops):
+            label = op.replace('"', "'")
+            lines.append(f'  n{i} [label="{i}: {label}"];')
+            if i:
+                lines.append(f"  n{i - 1} -> n{i};")
+        lines.append("}")
+        with open(debug_path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+class graph:
+    """Captures the musa work of a ``with`` block into ``musa_graph`` (torch.cuda.graph)."""
+
+    default_capture_stream: Stream | None = None
+
+    def __init__(self, musa_graph: MUSAGraph, pool: tuple[int, int] | None = None,
+                 stream: torch.Stream | None = None, capture_error_mode: str = "global"):
+        if stream is None and self.__class__.default_capture_stream is None:
+            self.__class__.default_capture_stream = Stream()
+        self.pool = pool
+        self.capture_stream = stream if stream is not None else self.__class__.default_capture_stream
+        self.stream_ctx = _stream_ctx(self.capture_stream)
+        self.musa_graph = musa_graph
+        self.capture_error_mode = capture_error_mode
+
+    def __enter__(self) -> None:
+        synchronize()
+        if torch.compiler.config.force_cudagraph_gc:  # as torch.cuda.graph: costly, opt-in
+            gc.collect()
+        empty_cache()
+        self.stream_ctx.__enter__()
+        try:
+            self.musa_graph.capture_begin(self.pool, capture_error_mode=self.capture_error_mode)
+        except BaseException:
+            self.stream_ctx.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None:
+                self.musa_graph.capture_end()
+            else:
+                self.musa_graph._abort()
+        finally:
+            self.stream_ctx.__exit__(exc_type, exc, tb)
+        return False
+
+
+def _check_callables(callables, sample_args) -> list[tuple[torch.Tensor, ...]]:
+    flat_args = []
+    for c, args in zip(callables, sample_args):
+        if isinstance(c, torch.nn.Module):
+            if c._backward_hooks or c._forward_hooks or c._forward_pre_hooks:
+                raise RuntimeError("Modules must not have hooks registered at the time they are "
+                                   "passed to make_graphed_callables (registering hooks "
+                                   "afterwards is allowed).")
+            if any(b.requires_grad for b in c.buffers()):
+                raise RuntimeError("In a module passed to make_graphed_callables only parameters "
+                                   "may be trainable; all buffers must have requires_grad=False.")
+        flat = tuple(_pytree.arg_tree_leaves(*args))
+        if not all(isinstance(a, torch.Tensor) for a in flat):
+            raise TypeError("make_graphed_callables: sample_args must contain only Tensors; got "
+                            f"{[type(a).__name__ for a in flat if not isinstance(a, torch.Tensor)]}")
+        flat_args.append(flat)
+    return flat_args
+
+
+def _graphed_function(fwd: MUSAGraph, bwd: MUSAGraph, n_user: int, inputs, outputs,
+                      out_spec, grad_outputs, grad_inputs) -> Callable:
+    """The autograd Function that replays ``fwd`` forward and ``bwd`` backward."""
+
+    class Graphed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            for static, given in zip(inputs[:n_user], args[:n_user]):
+                if static.data_ptr() != given.data_ptr():
+                    static.copy_(given)
+            fwd.replay()
+            return tuple(o.detach() for o in outputs)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, *grads):
+            for static, given in zip(grad_outputs, grads):
+                if static is not None and given is not None and static.data_ptr() != given.data_ptr():
+                    static.copy_(given)
+            bwd.replay()
+            return tuple(g.detach() if g is not None else None for g in grad_inputs)
+
+    def run(*user_args):
+        flat = tuple(_pytree.arg_tree_leaves(*user_args))
+        if len(flat) != n_user:
+            raise TypeError(f"the graphed callable takes the {n_user} tensors of its sample_args, "
+                            f"got {len(flat)}")
+        out = Graphed.apply(*(flat + tuple(inputs[n_user:])))
+        return _pytree.tree_unflatten(list(out), out_spec)
+
+    return run
+
+
+def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
+                           allow_unused_input: bool = False, pool: tuple[int, int] | None = None):
+    """Graphed versions of callables (functions or modules): forward and backward each replay
+    a MUSA graph inside one autograd node (torch.cuda.make_graphed_callables)."""
+    if torch.is_autocast_enabled("musa") and torch.is_autocast_cache_enabled():
+        raise RuntimeError("make_graphed_callables does not support the autocast caching. "
+                           "Please set `cache_enabled=False`.")
+    single = not isinstance(callables, tuple)
+    if single:
+        callables, sample_args = (callables,), (sample_args,)
+    flat_args = _check_callables(callables, sample_args)
+    params = [tuple(c.parameters()) if isinstance(c, torch.nn.Module) else () for c in callables]
+    surfaces = [flat_args[i] + params[i] for i in range(len(callables))]
+    mempool = graph_pool_handle() if pool is None else pool
+
+    def grad_step(c, args, surface, outputs):
+        outs = tuple(o for o in _pytree.tree_leaves(outputs)
+                     if isinstance(o, torch.Tensor) and o.requires_grad)
+        ins = tuple(i for i in surface if i.requires_grad)
+        if not outs or not ins:
+            return ()
+        return torch.autograd.grad(outs, ins, grad_outputs=tuple(torch.empty_like(o) for o in outs),
+                                   only_inputs=True, allow_unused=allow_unused_input)
+
+    # Warm up on a side stream (lazy initialisations happen outside capture).
+    synchronize()
+    with _stream_ctx(Stream()):
+        for c, args, surface in zip(callables, sample_args, surfaces):
+            for _ in range(num_warmup_iters):
+                grads = grad_step(c, args, surface, c(*args))
+                del grads
+    synchronize()
+
+    fwd_graphs = [MUSAGraph() for _ in callables]
+    bwd_graphs = [MUSAGraph() for _ in callables]
+    static_outputs, out_specs = [], []
+    for c, args, g in zip(callables, sample_args, fwd_graphs):
+        with graph(g, pool=mempool):
+            outputs = c(*args)
+        flat_out, spec = _pytree.tree_flatten(outputs)
+        static_outputs.append(tuple(flat_out))
+        out_specs.append(spec)
+
+    static_grad_outputs, static_grad_inputs = [None] * len(callables), [None] * len(callables)
+    for i in reversed(range(len(callables))):
+        outs, surface = static_outputs[i], surfaces[i]
+        grad_outs = tuple(torch.empty_like(o) if o.requires_grad else None for o in outs)
+        with graph(bwd_graphs[i], pool=mempool):
+            needed = tuple(o for o in outs if o.requires_grad)
+            ins = tuple(t for t in surface if t.requires_grad)
+            grads = torch.autograd.grad(needed, ins,
+                                        grad_outputs=tuple(g for g in grad_outs if g is not None),
+                                        only_inputs=True, allow_unused=allow_unused_input) \
+                if needed and ins else ()
+        it = iter(grads)
+        static_grad_inputs[i] = tuple(next(it) if t.requires_grad else None for t in surface)
+        static_grad_outputs[i] = grad_outs
+
+    results = []
+    for i, c in enumerate(callables):
+        fn = _graphed_function(fwd_graphs[i], bwd_graphs[i], len(flat_args[i]), surfaces[i],
+                               static_outputs[i], out_specs[i], static_grad_outputs[i],
+                               static_grad_inputs[i])
+        if isinstance(c, torch.nn.Module):
+            def forward(*args, _fn=fn, _module=c, _training=c.training, _eager=c.forward):
+                # The graph holds the training state it was captured in; others run eagerly.
+                return _fn(*args) if _module.training == _training else _eager(*args)
+
+            c.forward = forward
+            results.append(c)
+        else:
+            results.append(fn)
+    return results[0] if single else tuple(results)
