@@ -119,6 +119,29 @@ def _tensors(x: Any) -> list[torch.Tensor]:
     return []
 
 
+_OUT_VARIANTS: dict[Any, Any] = {}
+
+
+def _out_variant(func):
+    """The ``.out`` overload taking ``func``'s arguments plus one out tensor per result."""
+    if func in _OUT_VARIANTS:
+        return _OUT_VARIANTS[func]
+    found = None
+    schema = func._schema
+    sig = [(a.name, str(a.type)) for a in schema.arguments]
+    if all(str(r.type) == "Tensor" for r in schema.returns):
+        packet = func.overloadpacket
+        for name in packet.overloads():
+            cand = getattr(packet, name)._schema
+            outs = [a.name for a in cand.arguments if a.is_out]
+            rest = [(a.name, str(a.type)) for a in cand.arguments if not a.is_out]
+            if outs and len(outs) == len(schema.returns) and rest == sig:
+                found = (getattr(packet, name), outs)
+                break
+    _OUT_VARIANTS[func] = found
+    return found
+
+
 class _Recorder(TorchDispatchMode):
     """Runs and records every op issued on musa during one capture."""
 
@@ -211,7 +234,15 @@ class _Recorder(TorchDispatchMode):
         if name in _NO_REPLAY or (not copy_to and not writes):
             return  # allocation or view only: nothing to redo on replay
         schema = func._schema
-        self.exec.add(schema.name, schema.overload_name, tuple(args), dict(kwargs), copy_to)
+        out_op = _out_variant(func) if copy_to and not writes else None
+        if out_op is not None and len(copy_to) == len(out_op[1]) and all(j < 0 for _, j, _ in copy_to):
+            # Replay writes straight into the captured outputs (no result to copy).
+            kw = dict(kwargs)
+            kw.update({n: t for n, (_, _, t) in zip(out_op[1], copy_to)})
+            s2 = out_op[0]._schema
+            self.exec.add(s2.name, s2.overload_name, tuple(args), kw, [])
+        else:
+            self.exec.add(schema.name, schema.overload_name, tuple(args), dict(kwargs), copy_to)
         self.ops.append(f"{schema.name}.{schema.overload_name or 'default'}: " + ", ".join(
             f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" for t in inputs))
 
