@@ -85,25 +85,27 @@ def count_ops(fn) -> int:
     return Count.n
 
 
-def bench(name: str, calls: int, repeats: int) -> dict:
-    fn, _ = WORKLOADS[name]("musa")
-    side = torch.musa.Stream()
-    side.wait_stream(torch.musa.current_stream())
-    with torch.musa.stream(side):
+def timings(device: str, name: str, calls: int, repeats: int) -> tuple[list[float], list[float], int]:
+    """Eager and replay times (µs per call) of workload ``name`` on ``device`` ("musa" or "cuda")."""
+    dev = torch.musa if device == "musa" else torch.cuda
+    fn, _ = WORKLOADS[name](device)
+    side = dev.Stream()
+    side.wait_stream(dev.current_stream())
+    with dev.stream(side):
         for _ in range(3):
             fn()
-    torch.musa.current_stream().wait_stream(side)
-    g = torch.musa.MUSAGraph()
-    with torch.musa.graph(g):
+    dev.current_stream().wait_stream(side)
+    g = dev.MUSAGraph() if device == "musa" else dev.CUDAGraph()
+    with dev.graph(g):
         fn()
     ops = count_ops(fn)
 
     def timed(run) -> float:
-        torch.musa.synchronize()
+        dev.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
             run()
-        torch.musa.synchronize()
+        dev.synchronize()
         return (time.perf_counter() - t0) / calls * 1e6
 
     eager, replay = [], []
@@ -111,9 +113,20 @@ def bench(name: str, calls: int, repeats: int) -> dict:
     for _ in range(repeats):
         eager.append(timed(fn))
         replay.append(timed(g.replay))
+    return eager, replay, ops
+
+
+def bench(name: str, calls: int, repeats: int) -> dict:
+    eager, replay, ops = timings("musa", name, calls, repeats)
     e, r = statistics.median(eager), statistics.median(replay)
-    return {"workload": name, "aten_ops": ops, "eager_us": round(e, 1), "replay_us": round(r, 1),
-            "speedup": round(e / r, 2)}
+    row = {"workload": name, "aten_ops": ops, "eager_us": round(e, 1), "replay_us": round(r, 1),
+           "speedup": round(e / r, 2)}
+    if CONFIG.driver == "cuda":  # native CUDA graphs of the same workload, same run
+        ce, cr, _ = timings("cuda", name, calls, repeats)
+        row.update(cuda_eager_us=round(statistics.median(ce), 1),
+                   cuda_replay_us=round(statistics.median(cr), 1),
+                   replay_vs_cuda=round(r / statistics.median(cr), 3))
+    return row
 
 
 def main() -> None:
@@ -132,10 +145,16 @@ def main() -> None:
     lines = [f"# MUSA graph replay vs eager launch ({CONFIG.driver} driver)", "",
              f"torch {meta['torch']}, {meta['threads']} threads; median of {args.repeats} repeats "
              f"of {args.calls} calls; per call of the whole workload, work completed.", "",
-             "| workload | aten ops | eager (µs) | replay (µs) | eager / replay |",
-             "|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['workload']} | {r['aten_ops']} | {r['eager_us']} | {r['replay_us']} | "
-              f"{r['speedup']}× |" for r in rows]
+             "| workload | aten ops | eager (µs) | replay (µs) | eager / replay |"
+             + (" native CUDA eager (µs) | native CUDA replay (µs) | musa replay / CUDA replay |"
+                if CONFIG.driver == "cuda" else ""),
+             "|---|---:|---:|---:|---:|" + ("---:|---:|---:|" if CONFIG.driver == "cuda" else "")]
+    for r in rows:
+        line = (f"| {r['workload']} | {r['aten_ops']} | {r['eager_us']} | {r['replay_us']} | "
+                f"{r['speedup']}× |")
+        if "cuda_replay_us" in r:
+            line += f" {r['cuda_eager_us']} | {r['cuda_replay_us']} | {r['replay_vs_cuda']}× |"
+        lines.append(line)
     with open(args.out + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
