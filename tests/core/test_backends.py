@@ -40,7 +40,7 @@ def test_matmul_switches_round_trip_like_cuda():
         for value in (True, False):
             setattr(m, name, value)
             assert getattr(m, name) is value
-    m.allow_fp16_reduced_precision_reduction = (True, False)  # CUDA's (reduced, split_k) form
+    m.allow_fp16_reduced_precision_reduction = (True, True)  # CUDA's (reduced, split_k) form
     assert m.allow_fp16_reduced_precision_reduction is True
     with pytest.raises(AttributeError, match="allow_tf32"):
         m.allow_tf33 = True
@@ -73,6 +73,8 @@ def test_sdp_switches_are_the_ones_attention_obeys():
     b = torch.backends.musa
     b.enable_math_sdp(False)
     b.enable_flash_sdp(True)
+    b.enable_mem_efficient_sdp(False)  # the GPU's other kernels (cuda driver)
+    b.enable_cudnn_sdp(False)
     assert b.flash_sdp_enabled() and not b.math_sdp_enabled()
     F.scaled_dot_product_attention(q, k, v)  # flash alone runs this case
     b.enable_flash_sdp(False)
