@@ -213,3 +213,22 @@ def test_mem_pool_with_a_pluggable_allocator(allocator_so):
     assert x.sum().item() == 1000.0
     del x, pool
     assert ctypes.c_long.in_dll(lib, "live").value == 0  # the segment went back through my_free
+
+
+def test_use_on_oom_pool_lends_its_free_blocks():
+    total = torch.musa.get_device_properties(0).total_memory
+    lender = torch.musa.MemPool(use_on_oom=True)
+    with torch.musa.use_mem_pool(lender):
+        x = nbytes(30 * MiB)
+    ptr = x.data_ptr()
+    del x  # 30 MiB free in the lender
+    used = torch.musa.memory_reserved()
+    torch.musa.set_per_process_memory_fraction((used + 10 * MiB) / total)
+    try:
+        y = nbytes(20 * MiB)  # does not fit beside it: borrows the lender's block
+        assert y.data_ptr() == ptr
+        with pytest.raises(torch.OutOfMemoryError):
+            nbytes(20 * MiB)
+    finally:
+        torch.musa.set_per_process_memory_fraction(1.0)
+    del y

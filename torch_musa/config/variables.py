@@ -163,11 +163,12 @@ class AllocatorSettings:
     garbage_collection_threshold: float = 0.0  # 0: off
     # Divisions per power-of-two interval of sizes, from 1 MiB up (16 intervals; 0: 512-byte steps).
     roundup_power2_divisions: tuple[int, ...] = (0,) * 16
+    cpu_unified: bool = False  # cpu:unified: CPU tensors in memory the device uses (host driver)
     others: tuple[str, ...] = ()
 
 
 _ALLOC_OPTIONS = ("max_split_size_mb", "garbage_collection_threshold", "roundup_power2_divisions",
-                  "expandable_segments")
+                  "expandable_segments", "cpu")
 
 
 def _alloc_items(spec: str) -> list[str]:
@@ -247,13 +248,13 @@ def _divisions(value: str) -> tuple[int, ...]:
 class AllocConf:
     allowed = ("comma-separated max_split_size_mb:N (an integer > 1), garbage_collection_threshold:X "
                "(0 < X < 1), roundup_power2_divisions:N or [MiB:N,...,>:N] (N a power of two or 0), "
-               "expandable_segments:False (True under the cuda driver)")
+               "expandable_segments:False (True under the cuda driver), cpu:unified (unified memory)")
     brief = ("`max_split_size_mb:N`, `garbage_collection_threshold:X`, `roundup_power2_divisions:N`, "
-             "`expandable_segments:False`")
+             "`expandable_segments:False`, `cpu:unified`")
 
     def parse(self, text: str) -> AllocatorSettings:
         known, others = split_alloc_conf(text)
-        max_split, gc, divisions = 0, 0.0, (0,) * 16
+        max_split, gc, divisions, unified = 0, 0.0, (0,) * 16, False
         for item in known:
             key, _, value = (s.strip() for s in item.partition(":"))
             try:
@@ -266,13 +267,15 @@ class AllocConf:
                 elif key == "roundup_power2_divisions":
                     divisions = _divisions(value)
                     ok = True
+                elif key == "cpu":
+                    ok = unified = value == "unified"
                 else:  # expandable_segments: True is among the others
                     ok = value.lower() == "false"
             except ValueError:
                 ok = False
             if not ok:
                 raise Invalid(f"bad value in {item!r}")
-        return AllocatorSettings(text.strip(), max_split, gc, divisions, tuple(others))
+        return AllocatorSettings(text.strip(), max_split, gc, divisions, unified, tuple(others))
 
 
 # ----------------------------------------------------------------------------- declarations

@@ -57,6 +57,7 @@ from torch_musa.core.memory import (
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
     use_mem_pool,
+    use_unified_cpu_allocator,
 )
 from torch_musa.core.random import (
     default_generators as _default_generators,

@@ -406,3 +406,24 @@ if _cuda_driver():  # CUDA's allocator serves musa memory there: its pools are m
     use_mem_pool = torch.cuda.use_mem_pool  # type: ignore[assignment]  # noqa: F811
     if hasattr(torch.cuda, "MemPoolContext"):
         MemPoolContext = torch.cuda.MemPoolContext  # type: ignore[misc,assignment]  # noqa: F811
+
+
+# ----------------------------------------------------------------------------- unified memory
+@contextlib.contextmanager
+def use_unified_cpu_allocator(device: Any = None):
+    """Inside, CPU tensors are made in musa memory the device uses (unified memory, as
+    PYTORCH_MUSA_ALLOC_CONF=cpu:unified for the whole process): ``.to("musa")`` and
+    ``torch.load(map_location="musa")`` of them copy nothing and the musa tensor shares
+    the CPU tensor's bytes. They count as ``device``'s memory. Host driver only."""
+    _lazy._lazy_init()
+    idx = torch.musa.current_device() if device is None else _get_device_index(device)
+    prev = _C._unified_cpu_allocator()
+    _C._set_unified_cpu_allocator(idx)
+    try:
+        yield
+    finally:
+        _C._set_unified_cpu_allocator(prev)
+
+
+if CONFIG.allocator.cpu_unified:  # PYTORCH_MUSA_ALLOC_CONF=cpu:unified: from the start
+    _C._set_unified_cpu_allocator(0)

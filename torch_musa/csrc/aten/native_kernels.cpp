@@ -139,6 +139,8 @@ bool copyable(const at::Tensor& t) {
 // non_blocking is honoured by the kernels' own copy (the host driver copies
 // eagerly; the cuda driver enqueues on the current stream).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (self.device().is_cpu() && share_unified(self, dst))  // unified memory: no copy
+    return dst;
   at::Tensor out = dst.is_privateuseone() ? kernel_alias(dst) : dst;
   // One host storage for one musa storage: the host copy then refuses a
   // partial overlap (x[1:] = x[:-1]) as the CPU device does.

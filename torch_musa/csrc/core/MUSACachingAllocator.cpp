@@ -34,6 +34,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <pthread.h>
+
 namespace torch_musa {
 
 using c10::CachingAllocator::Stat;
@@ -71,6 +73,7 @@ struct Block {
   BlockPool* pool;
   void* ptr;
   bool allocated = false;
+  bool unified = false;   // a CPU tensor's memory (unified memory)
   Block* prev = nullptr;  // neighbours in the segment
   Block* next = nullptr;
   uint64_t last_used = 0;  // for garbage collection: least recently freed first
@@ -525,6 +528,7 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
   record_trace(TraceEntry::FREE_COMPLETED, b->device, reinterpret_cast<uintptr_t>(b->ptr),
                b->size, b->stream, id, ctx);
   b->allocated = false;
+  b->unified = false;
   b->requested = 0;
   b->context.reset();
   for (Block* n : {b->prev, b->next}) {
@@ -996,6 +1000,20 @@ c10::MempoolId_t new_pool_id(bool user_pool) {
 namespace {
 TORCH_MUSA_FAST_TLS thread_local int t_redirect = -1;
 c10::DeleterFnPtr g_host_raw_deleter = nullptr;
+std::atomic<int> g_unified{-1};
+std::atomic<bool> g_unified_used{false};
+
+// A CPU tensor's memory from musa `device`'s pool, marked as unified memory.
+c10::DataPtr allocate_unified(c10::DeviceIndex device, size_t n) {
+  c10::DataPtr p = device_allocator().allocate_on(device, n, c10::Device(c10::DeviceType::CPU));
+  g_unified_used = true;
+  if (p.get() && &device_allocator() == &caching_allocator()) {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p.get()));
+    if (it != g_blocks.end()) it->second->unified = true;
+  }
+  return p;
+}
 
 // raw_allocate()/raw_deallocate() callers (oneDNN among them) free through
 // raw_deleter(), whichever mode allocated the pointer.
@@ -1010,6 +1028,9 @@ struct KernelAllocationRedirect final : c10::Allocator {
       return device_allocator().allocate_on(
           static_cast<c10::DeviceIndex>(t_redirect), n,
           c10::Device(c10::DeviceType::CPU));
+    const int unified = g_unified.load(std::memory_order_relaxed);
+    if (C10_UNLIKELY(unified >= 0) && n > 0)
+      return allocate_unified(static_cast<c10::DeviceIndex>(unified), n);
     return host->allocate(n);
   }
   c10::DeleterFnPtr raw_deleter() const override {
@@ -1033,6 +1054,60 @@ void install_kernel_allocation_redirect() {
   g_kernel_allocation_redirect.host = c10::GetCPUAllocator();
   g_host_raw_deleter = g_kernel_allocation_redirect.host->raw_deleter();
   c10::SetCPUAllocator(&g_kernel_allocation_redirect, /*priority=*/1);
+}
+
+void set_unified_cpu_allocator(int device) {
+  if (device >= 0) {
+    check_device(c10::DeviceIndex(device));
+    TORCH_CHECK(config().kernel_type == c10::DeviceType::CPU && !config().native_allocator,
+                "unified memory (cpu:unified, use_unified_cpu_allocator) is available on the "
+                "host driver only; the ", driver().name(), " driver does not provide it yet");
+    TORCH_CHECK(g_kernel_allocation_redirect.host,
+                "unified memory needs the musa runtime registered first (import torch_musa)");
+  }
+  // A forked child (a DataLoader worker) may not use musa: its CPU tensors are plain.
+  static const bool at_fork = [] {
+    return pthread_atfork(nullptr, nullptr, [] { g_unified.store(-1); }) == 0;
+  }();
+  (void)at_fork;
+  g_unified.store(device);
+}
+
+int unified_cpu_allocator() { return g_unified.load(); }
+
+namespace {
+// The musa storage takes a reference on the CPU one and frees through it.
+void release_shared_storage(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
+}
+
+bool whole_storage(const at::Tensor& t) {
+  return t.storage_offset() == 0 && t.is_contiguous() &&
+         size_t(t.numel()) * t.element_size() == t.storage().nbytes();
+}
+}  // namespace
+
+bool share_unified(const at::Tensor& src, const at::Tensor& dst) {
+  if (!g_unified_used.load(std::memory_order_relaxed) || !src.device().is_cpu() || !dst.is_privateuseone() || src.dtype() != dst.dtype() ||
+      src.sizes() != dst.sizes() || !src.has_storage() || !dst.has_storage() ||
+      !whole_storage(src) || !whole_storage(dst) || src.storage().nbytes() == 0 ||
+      src.storage().nbytes() != dst.storage().nbytes())
+    return false;
+  c10::StorageImpl* hs = src.storage().unsafeGetStorageImpl();
+  void* p = hs->mutable_data();
+  c10::DeviceIndex device;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p));
+    if (it == g_blocks.end() || !it->second->allocated || !it->second->unified) return false;
+    device = it->second->device;
+  }
+  if (device != dst.device().index()) return false;
+  c10::raw::intrusive_ptr::incref(hs);
+  c10::DataPtr shared(p, hs, &release_shared_storage, dst.device());
+  // The fresh device block goes back to the cache; nothing is copied.
+  dst.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(shared));
+  return true;
 }
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {

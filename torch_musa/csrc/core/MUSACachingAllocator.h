@@ -4,6 +4,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/StorageImpl.h>
 
 #include <functional>
@@ -177,5 +178,15 @@ class KernelAllocationScope {
   int prev_;
 };
 void install_kernel_allocation_redirect();
+
+// Unified memory (PYTORCH_MUSA_ALLOC_CONF=cpu:unified, use_unified_cpu_allocator):
+// while on, CPU tensors are made from musa `device`'s pool (tagged CPU; they count
+// as that device's memory), so moving them to musa need not copy. -1: off.
+void set_unified_cpu_allocator(int device);
+int unified_cpu_allocator();
+// When `src` (CPU) is unified memory that `dst` (musa, same layout, each the whole
+// of its storage) can take over, makes dst's storage share src's bytes and
+// returns true: the copy is done without copying.
+bool share_unified(const at::Tensor& src, const at::Tensor& dst);
 
 }  // namespace torch_musa

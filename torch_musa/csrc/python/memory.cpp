@@ -334,6 +334,9 @@ void init_memory(py::module_& m) {
   });
   m.def("_empty_cache_pool", [](py::tuple id) { device_allocator().emptyCache(to_id(id)); });
 
+  m.def("_set_unified_cpu_allocator", &set_unified_cpu_allocator);
+  m.def("_unified_cpu_allocator", &unified_cpu_allocator);
+
   m.def("_raw_alloc", &raw_alloc);
   m.def("_raw_delete", &raw_delete);
 
