@@ -28,6 +28,13 @@ from torch_musa.core.device import (
     set_device,
     synchronize,
 )
+from torch_musa.core.graphs import (
+    MUSAGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from torch_musa.core import memory
 from torch_musa.core.memory import (
     MemPool,
@@ -121,14 +128,6 @@ from torch_musa.core.tensor_types import make_types as _make_types
 
 globals().update(_make_types())
 del _make_types
-
-
-def is_current_stream_capturing() -> bool:
-    """Whether the current stream is capturing a graph. Under the cuda driver musa's
-    streams are CUDA's, so CUDA answers; the host driver has no graph capture."""
-    if _CONFIG.driver == "cuda":
-        return _torch.cuda.is_current_stream_capturing()
-    return False
 
 
 def get_amp_supported_dtype():

@@ -142,6 +142,15 @@ def _out_variant(func):
     return found
 
 
+def _writes_cpu(func, args, kwargs) -> bool:
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            val = args[i] if i < len(args) else kwargs.get(a.name)
+            if any(t.device.type == "cpu" for t in _tensors(val)):
+                return True
+    return False
+
+
 class _Recorder(TorchDispatchMode):
     """Runs and records every op issued on musa during one capture."""
 
@@ -153,6 +162,7 @@ class _Recorder(TorchDispatchMode):
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # storage -> (bytes, copy)
         self.ops: list[str] = []
         self.error: str | None = None
+        self.warned_cpu = False
 
     def _forbid(self, what: str) -> None:
         msg = (f"musa error: operation not permitted when stream is capturing: {what} while "
@@ -207,6 +217,11 @@ class _Recorder(TorchDispatchMode):
         if on_musa:
             self._check(func, args, kwargs)
             self._save_written(func, args, kwargs)
+        elif not self.warned_cpu and _writes_cpu(func, args, kwargs):
+            self.warned_cpu = True
+            warnings.warn(f"{func} wrote a CPU tensor during MUSA graph capture; replay repeats "
+                          "only musa work, as CUDA graphs do (an optimizer keeping its step count "
+                          "on the CPU needs capturable=True).", stacklevel=2)
         out = func(*args, **kwargs)
         outs = out if isinstance(out, tuple) else (out,)
         if on_musa or any(_is_musa(t) for o in outs for t in _tensors(o)):

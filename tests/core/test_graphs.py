@@ -1,0 +1,327 @@
+"""MUSA graphs (torch.musa.MUSAGraph, graph, graph_pool_handle, make_graphed_callables):
+capture records the work on the capturing stream; replay re-runs it over the same static
+memory, so in-place updates of static inputs show up in the static outputs, as on CUDA."""
+import copy
+
+import pytest
+import torch
+
+# Under the cuda driver these are CUDA graphs: these tests check the host driver's own promises.
+HOST_ABORT = pytest.mark.requires_host_driver(
+    "a refused op leaves the process usable and the capture cleanly ended (CUDA may leave "
+    "its context unusable after an invalidated capture)")
+HOST_MESSAGES = pytest.mark.requires_host_driver(
+    "the host driver's messages and capture modes (CUDA words an invalidated capture_end and "
+    "a sync under relaxed capture differently)")
+HOST_DUMP = pytest.mark.requires_host_driver("the host driver's dump lists aten ops; CUDA's "
+                                             "lists kernels")
+HOST_CPU_WORK = pytest.mark.requires_host_driver(
+    "the host driver warns about CPU work in capture; under the cuda driver Adam raises")
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+
+
+def side_warmup(fn, iters=3):
+    """CUDA's recipe: warm up on a side stream before capture."""
+    s = torch.musa.Stream()
+    s.wait_stream(torch.musa.current_stream())
+    with torch.musa.stream(s):
+        for _ in range(iters):
+            fn()
+    torch.musa.current_stream().wait_stream(s)
+
+
+def test_is_current_stream_capturing_true_only_inside_capture():
+    assert torch.musa.is_current_stream_capturing() is False
+    g = torch.musa.MUSAGraph()
+    x = torch.ones(4, device="musa")
+    with torch.musa.graph(g):
+        assert torch.musa.is_current_stream_capturing() is True
+        x.mul_(2)
+    assert torch.musa.is_current_stream_capturing() is False
+    with torch.musa.stream(torch.musa.Stream()):  # another stream: not capturing
+        assert torch.musa.is_current_stream_capturing() is False
+
+
+def test_mlp_training_step_replay_matches_eager():
+    """Forward, backward and optimizer step captured whole, replayed on new data."""
+    eager = mlp().to("musa")
+    graphed = copy.deepcopy(eager)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    opt_g = torch.optim.SGD(graphed.parameters(), lr=0.1, momentum=0.9)
+    static_x = torch.randn(16, 8, device="musa")
+    static_y = torch.randn(16, 4, device="musa")
+
+    def step(model, opt, x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    side_warmup(lambda: step(graphed, opt_g, static_x, static_y))
+    for _ in range(3):
+        step(eager, opt_e, static_x, static_y)
+    before = [p.detach().clone() for p in graphed.parameters()]
+    g = torch.musa.MUSAGraph()
+    opt_g.zero_grad(set_to_none=True)
+    with torch.musa.graph(g):
+        static_loss = step(graphed, opt_g, static_x, static_y)
+    # Capture runs nothing observable: the parameters are as before capture.
+    for p, b in zip(graphed.parameters(), before):
+        assert torch.equal(p, b)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x, y = torch.randn(16, 8, generator=gen), torch.randn(16, 4, generator=gen)
+        static_x.copy_(x)
+        static_y.copy_(y)
+        g.replay()
+        loss = step(eager, opt_e, x.to("musa"), y.to("musa"))
+        torch.testing.assert_close(static_loss, loss)
+    for pg, pe in zip(graphed.parameters(), eager.parameters()):
+        torch.testing.assert_close(pg, pe)
+        assert not torch.equal(pg, pe.new_zeros(pe.shape))
+
+
+def test_inplace_static_input_update_updates_static_output():
+    x = torch.zeros(3, 4, device="musa")
+    w = torch.randn(4, 5, device="musa")
+    g = torch.musa.MUSAGraph()
+    with torch.musa.graph(g):
+        y = torch.relu(x @ w + 1) * 2
+        z = y.sum(dim=0)
+        v = y.t()  # a view of a captured output follows it
+    for k in range(3):
+        x.copy_(torch.full((3, 4), float(k)).to("musa"))
+        ptr = y.data_ptr()
+        g.replay()
+        assert y.data_ptr() == ptr  # same static memory
+        ref = torch.relu(x.cpu() @ w.cpu() + 1) * 2
+        torch.testing.assert_close(y.cpu(), ref)
+        torch.testing.assert_close(z.cpu(), ref.sum(0))
+        assert torch.equal(v.cpu(), y.cpu().t())
+
+
+def test_capture_leaves_pre_existing_memory_and_rng_as_they_were():
+    """CUDA capture runs no kernel: memory written by captured ops and the generator
+    are unchanged after capture; replay then does the work."""
+    buf = torch.ones(5, device="musa")
+    state = torch.musa.get_rng_state()
+    g = torch.musa.MUSAGraph()
+    with torch.musa.graph(g):
+        buf.add_(1)
+        noise = torch.rand(5, device="musa")
+    assert torch.equal(buf.cpu(), torch.ones(5))
+    assert torch.equal(torch.musa.get_rng_state(), state)
+    g.replay()
+    g.replay()
+    assert torch.equal(buf.cpu(), torch.full((5,), 3.0))
+    assert noise.shape == (5,)
+
+
+def test_graphs_share_a_pool_and_replay_in_capture_order():
+    pool = torch.musa.graph_pool_handle()
+    assert isinstance(pool, tuple) and len(pool) == 2
+    a = torch.randn(6, device="musa")
+    g1, g2 = torch.musa.MUSAGraph(), torch.musa.MUSAGraph()
+    with torch.musa.graph(g1, pool=pool):
+        b = a.exp()
+    with torch.musa.graph(g2, pool=g1.pool()):
+        c = b * 3 - 1
+    assert g1.pool() == g2.pool() == pool
+    # Memory allocated during capture comes from the pool (the caching allocator's view).
+    pooled = {blk["address"] for s in torch.musa.memory_snapshot(pool) for blk in s["blocks"]}
+    assert b.data_ptr() in pooled and c.data_ptr() in pooled and a.data_ptr() not in pooled
+    for _ in range(3):
+        a.copy_(torch.randn(6).to("musa"))
+        g1.replay()
+        g2.replay()
+        torch.testing.assert_close(c.cpu(), a.cpu().exp() * 3 - 1)
+    own = torch.musa.MUSAGraph()
+    with torch.musa.graph(own):
+        a.sin()
+    assert own.pool() != pool  # without pool=, a private pool
+    g1.reset()  # g2 keeps the shared pool (and b, its input) alive
+    g2.replay()
+    torch.testing.assert_close(c.cpu(), b.cpu() * 3 - 1)
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+        g1.replay()
+
+
+def test_make_graphed_callables_forward_and_backward_match_eager():
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(6, 10), torch.nn.Tanh(), torch.nn.Linear(10, 3))
+    module = module.to("musa")
+    eager = copy.deepcopy(module)
+
+    def fn(u, v):
+        return (u * v).sin() + v
+
+    x = torch.randn(4, 6, device="musa", requires_grad=True)
+    u = torch.randn(5, device="musa", requires_grad=True)
+    v = torch.randn(5, device="musa", requires_grad=False)
+    graphed_module, graphed_fn = torch.musa.make_graphed_callables(
+        (module, fn), ((x,), (u, v)))
+    for _ in range(3):
+        # As with CUDA graphs, grads are set to None between steps (the first backward's
+        # parameter grads may be the static grad buffers themselves).
+        module.zero_grad(set_to_none=True)
+        eager.zero_grad(set_to_none=True)
+        xi = torch.randn(4, 6, device="musa", requires_grad=True)
+        xe = xi.detach().clone().requires_grad_()
+        ui = torch.randn(5, device="musa", requires_grad=True)
+        ue = ui.detach().clone().requires_grad_()
+        out = graphed_module(xi)
+        out_fn = graphed_fn(ui, v)
+        ref = eager(xe)
+        ref_fn = fn(ue, v)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(out_fn, ref_fn)
+        (out.square().sum() + out_fn.sum()).backward()
+        (ref.square().sum() + ref_fn.sum()).backward()
+        torch.testing.assert_close(xi.grad, xe.grad)
+        torch.testing.assert_close(ui.grad, ue.grad)
+        for pg, pe in zip(module.parameters(), eager.parameters()):
+            torch.testing.assert_close(pg.grad, pe.grad)
+    module.eval()  # another training state runs the eager forward
+    torch.testing.assert_close(module(x), eager(x))
+
+
+def test_dropout_draws_new_numbers_each_replay_reproducibly():
+    """Each replay draws from the device generator as eager code would: new masks per
+    replay, and after manual_seed the same masks as the eager ops."""
+    x = torch.ones(2000, device="musa")
+    g = torch.musa.MUSAGraph()
+    with torch.musa.graph(g):
+        y = torch.nn.functional.dropout(x, p=0.5)
+    torch.musa.manual_seed(7)
+    g.replay()
+    first = y.cpu()
+    g.replay()
+    second = y.cpu()
+    assert not torch.equal(first, second)
+    assert 0.4 < (first == 0).float().mean() < 0.6
+    torch.musa.manual_seed(7)
+    e1 = torch.nn.functional.dropout(x, p=0.5).cpu()
+    e2 = torch.nn.functional.dropout(x, p=0.5).cpu()
+    assert torch.equal(first, e1) and torch.equal(second, e2)
+
+
+FORBIDDEN = {
+    "item": lambda t: t.sum().item(),
+    "to_cpu": lambda t: t.cpu(),
+    "copy_to_cpu": lambda t: torch.empty(3).copy_(t),
+    "synchronize": lambda t: torch.musa.synchronize(),
+    "stream_synchronize": lambda t: torch.musa.current_stream().synchronize(),
+    "event_synchronize": lambda t: torch.musa.current_stream().record_event().synchronize(),
+    "nonzero": lambda t: t.nonzero(),
+    "bool_mask": lambda t: t[t > 0],
+}
+
+
+@HOST_ABORT
+@pytest.mark.parametrize("name", list(FORBIDDEN))
+def test_forbidden_operation_raises_and_capture_ends_cleanly(name):
+    t = torch.randn(3, device="musa")
+    g = torch.musa.MUSAGraph()
+    before = t.clone()
+    with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
+        with torch.musa.graph(g):
+            t.mul_(2)
+            FORBIDDEN[name](t)
+    assert not torch.musa.is_current_stream_capturing()
+    assert torch.musa.current_stream() == torch.musa.default_stream()
+    assert torch.equal(t, before)  # the aborted capture put the written memory back
+    torch.musa.synchronize()  # the process is usable: syncs, .item(), new captures
+    assert t.sum().item() == pytest.approx(before.sum().item())
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+        g.replay()
+    with torch.musa.graph(g):
+        out = t * 10
+    g.replay()
+    torch.testing.assert_close(out, before * 10)
+
+
+@HOST_MESSAGES
+def test_manual_capture_end_reports_an_invalidated_capture():
+    g = torch.musa.MUSAGraph()
+    s = torch.musa.Stream()
+    t = torch.ones(2, device="musa")
+    with torch.musa.stream(s):
+        g.capture_begin()
+        with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
+            s.synchronize()
+        with pytest.raises(RuntimeError, match="invalidated"):
+            g.capture_end()
+    assert not torch.musa.is_current_stream_capturing()
+    t.sum().item()
+
+
+@HOST_MESSAGES
+def test_capture_error_modes_and_argument_checks():
+    t = torch.ones(2, device="musa")
+    g = torch.musa.MUSAGraph()
+    with torch.musa.graph(g, capture_error_mode="relaxed"):
+        u = t + 1
+        torch.musa.synchronize()  # relaxed: a device-wide sync is not refused
+    g.replay()
+    assert torch.equal(u.cpu(), torch.full((2,), 2.0))
+    with pytest.raises(ValueError, match="capture_error_mode"):
+        torch.musa.MUSAGraph().capture_begin(capture_error_mode="loose")
+    with pytest.raises(RuntimeError, match="non-default stream"):
+        torch.musa.MUSAGraph().capture_begin()
+    with pytest.raises(RuntimeError, match="already owns a captured graph"):
+        with torch.musa.stream(torch.musa.Stream()):
+            g.capture_begin()
+
+
+@HOST_DUMP
+def test_debug_dump_writes_the_captured_ops(tmp_path):
+    g = torch.musa.MUSAGraph()
+    g.enable_debug_mode()
+    x = torch.randn(4, 4, device="musa")
+    with torch.musa.graph(g):
+        (x @ x).relu_()
+    path = tmp_path / "graph.dot"
+    g.debug_dump(str(path))
+    text = path.read_text()
+    assert text.startswith("digraph") and "aten::mm" in text and "aten::relu_" in text
+
+
+@HOST_CPU_WORK
+def test_cpu_work_in_capture_warns_and_capturable_adam_replays():
+    """Replay repeats musa work only (as CUDA): Adam's CPU step count would not advance."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3).to("musa")
+    x = torch.randn(5, 4, device="musa")
+    plain = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(x).sum().backward()
+    plain.step()
+    with pytest.warns(UserWarning, match="wrote a CPU tensor during MUSA graph capture"):
+        with torch.musa.graph(torch.musa.MUSAGraph()):
+            model(x).sum().backward()
+            plain.step()
+    eager = copy.deepcopy(model)
+    opt_g = torch.optim.Adam(model.parameters(), lr=0.1, capturable=True)
+    opt_e = torch.optim.Adam(eager.parameters(), lr=0.1, capturable=True)
+
+    def step(m, opt):
+        opt.zero_grad(set_to_none=True)
+        m(x).square().mean().backward()
+        opt.step()
+
+    side_warmup(lambda: step(model, opt_g))
+    for _ in range(3):
+        step(eager, opt_e)
+    g = torch.musa.MUSAGraph()
+    opt_g.zero_grad(set_to_none=True)
+    with torch.musa.graph(g):
+        step(model, opt_g)
+    for _ in range(4):
+        g.replay()
+        step(eager, opt_e)
+    torch.testing.assert_close(model.weight, eager.weight)
+    assert float(opt_g.state[model.weight]["step"]) == 7.0
