@@ -21,6 +21,7 @@ namespace torch_musa {
 void register_device();
 void init_nan_check(pybind11::module_& m);
 void init_memory(pybind11::module_& m);
+void init_graphs(pybind11::module_& m);
 // core/PinnedAllocator.cpp: torch.musa.host_memory_stats' counters.
 std::map<std::string, double> host_memory_stats();
 void reset_host_memory_stats(bool peak);
@@ -171,4 +172,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_register_fallback_ops", &register_fallback_for);
   init_nan_check(m);
   init_memory(m);  // python/memory.cpp
+  init_graphs(m);  // core/MUSAGraph.cpp
 }
