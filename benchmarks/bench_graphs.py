@@ -7,7 +7,7 @@ the whole workload, with the work completed (synchronize) inside the timing.
 Under the host driver replay skips Python, argument parsing and autograd for
 each op; under the cuda driver it is a CUDA graph launch.
 
-    python benchmarks/bench_graphs.py [--repeats 7] [--calls 200] [--out benchmarks/results/graphs]
+    python benchmarks/bench_graphs.py [--repeats 7] [--calls 200] [--threads 1] [--out PREFIX]
 """
 from __future__ import annotations
 
@@ -133,12 +133,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads (1: launch overhead without thread-pool noise)")
     ap.add_argument("--out", default=os.path.join("benchmarks", "results", f"graphs_{CONFIG.driver}"))
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     rows = [bench(name, args.calls, args.repeats) for name in WORKLOADS]
     meta = {"driver": CONFIG.driver, "torch": torch.__version__, "threads": torch.get_num_threads(),
             "machine": platform.processor() or platform.machine(), "repeats": args.repeats,
-            "calls": args.calls, "command": "python benchmarks/bench_graphs.py"}
+            "calls": args.calls,
+            "command": f"python benchmarks/bench_graphs.py --threads {args.threads}"}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "results": rows}, f, indent=2)
