@@ -23,6 +23,7 @@ capturing" and invalidates the capture; ``graph`` then ends it cleanly.
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import warnings
 import weakref
@@ -154,6 +155,12 @@ def _writes_cpu(func, args, kwargs) -> bool:
 class _Recorder(TorchDispatchMode):
     """Runs and records every op issued on musa during one capture."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps modes' __torch_dispatch__ in torch._disable_dynamo, whose first call
+        # imports dynamo (seconds); only _CompileSafeRecorder, used once dynamo is loaded, needs it.
+        return False
+
     def __init__(self, device: int, stream_id: int, pool: _Pool):
         super().__init__()
         self.device, self.stream_id, self.pool = device, stream_id, pool
@@ -262,6 +269,16 @@ class _Recorder(TorchDispatchMode):
             f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" for t in inputs))
 
 
+class _CompileSafeRecorder(_Recorder):
+    """The recorder for processes that compile: dynamo does not trace the recording itself."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return True
+
+    __torch_dispatch__ = _Recorder.__torch_dispatch__
+
+
 class MUSAGraph:
     """A captured graph of musa work, replayed with ``replay()`` (torch.cuda.CUDAGraph's API)."""
 
@@ -305,7 +322,8 @@ class MUSAGraph:
             self._routed = False
         gens = [_C._default_generator(s.device_index)] + self._generators
         self._rng = [g.get_state() for g in gens]
-        self._recorder = _Recorder(s.device_index, s.stream_id, self._pool)
+        recorder = _CompileSafeRecorder if "torch._dynamo" in sys.modules else _Recorder
+        self._recorder = recorder(s.device_index, s.stream_id, self._pool)
         self._recorder.__enter__()
 
     def _finish(self) -> _Recorder:
