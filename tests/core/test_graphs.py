@@ -325,3 +325,39 @@ def test_cpu_work_in_capture_warns_and_capturable_adam_replays():
         step(eager, opt_e)
     torch.testing.assert_close(model.weight, eager.weight)
     assert float(opt_g.state[model.weight]["step"]) == 7.0
+
+
+F = torch.nn.functional
+OPS = {
+    "index": lambda x, i, m: x[i] + x[:, None].sum(),
+    "cat_stack": lambda x, i, m: torch.cat([x, torch.stack([x, x + 1]).sum(0)], dim=1),
+    "where_masked_fill": lambda x, i, m: torch.where(x > 0, x, x * 0.1).masked_fill_(x < -1, 0.0),
+    "layer_norm": lambda x, i, m: m["ln"](x),
+    "embedding": lambda x, i, m: m["emb"](i),
+    "conv_pool": lambda x, i, m: F.max_pool2d(m["conv"](x.reshape(1, 3, 4, 4)), 2),
+    "sdpa": lambda x, i, m: F.scaled_dot_product_attention(*(x.view(1, 1, 6, 8),) * 3),
+    "topk_max_sort": lambda x, i, m: torch.topk(x, 3)[0] + x.max(1).values[:, None] + x.sort(1).values[:, :3],
+    "index_put_scatter": lambda x, i, m: x.clone().index_put_((i,), x[0]).scatter_add_(
+        0, i[:, None].expand(6, 8), x),
+    "float16_roundtrip": lambda x, i, m: x.to(torch.float16).float() * 2 ** x,
+    "factories": lambda x, i, m: x + torch.arange(8, device="musa") + torch.full((6, 8), 3.0, device="musa"),
+    "cross_entropy": lambda x, i, m: F.cross_entropy(x, i % 8),
+}
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_replay_matches_eager_for_common_ops(name):
+    torch.manual_seed(0)
+    mods = {"ln": torch.nn.LayerNorm(8).to("musa"), "emb": torch.nn.Embedding(10, 8).to("musa"),
+            "conv": torch.nn.Conv2d(3, 4, 3, padding=1).to("musa")}
+    x = torch.randn(6, 8, device="musa")
+    i = torch.randint(0, 6, (6,), device="musa")
+    with torch.no_grad():
+        g = torch.musa.MUSAGraph()
+        with torch.musa.graph(g):
+            out = OPS[name](x, i, mods)
+        for _ in range(2):
+            x.copy_(torch.randn(6, 8))
+            i.copy_(torch.randint(0, 6, (6,)))
+            g.replay()
+            torch.testing.assert_close(out, OPS[name](x, i, mods))
