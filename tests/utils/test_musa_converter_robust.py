@@ -187,3 +187,173 @@ def test_workers_end_when_the_parent_is_killed(tmp_path):
     done = _converted(root)
     time.sleep(2)
     assert _converted(root) == done and len(done) < 24
+
+
+# -- item 4: big files ----------------------------------------------------------------
+
+_MIXED = '''\
+@decorator("cuda")
+def f{i}(x, device="cuda"):
+    # move x.cuda() here
+    y = torch.ones(2).cuda()  # and torch.cuda
+    if torch.cuda.is_available():
+        y = y.to('cuda:0', non_blocking=True)
+    elif t.is_cuda:
+        z = (a .cuda ( ), "cuda" "x", f"cuda:{{r}}", b"cuda")
+    return torch.cuda.amp.autocast(True), x.cuda(0).cuda()
+s{i} = """
+x = t.cuda()
+"""
+if a:
+    w = [
+  t.cuda(),
+    "nccl"]
+else:
+    import torch.cuda
+with torch.cuda.device(0) as d, ctx(): q = t.is_cuda
+for k in torch.cuda.x: pass
+os.environ["CUDA_VISIBLE_DEVICES"] = "kernels/k.cu"
+'''
+
+
+def _mixed(n):
+    return "".join(_MIXED.format(i=i) for i in range(n))
+
+
+def test_blocks_and_fast_path_equal_one_libcst_pass(monkeypatch):
+    from torch_musa.cuda_mapping import load_table
+    from torch_musa.utils.musa_converter import python_rewriter as pr
+    t = load_table()
+    src = _mixed(500)                      # 11,500 lines: parsed in blocks
+    assert src.count("\n") > 2 * pr._SPLIT
+    got = pr.convert_source(src, t)
+    monkeypatch.setattr(pr, "_SPLIT", 10 ** 9)
+    monkeypatch.setattr(pr, "_FAST", False)
+    want = pr.convert_source(src, t)
+    assert got.source == want.source and got.counts == want.counts
+    assert got.review == want.review
+    small = _mixed(3)
+    counts = __import__("collections").Counter()
+    whole = pr._transform(small, t, {}, counts)   # one libcst pass over the whole text
+    assert pr.convert_source(small, t).source == whole
+
+
+def _measure(path):
+    code = ("import resource, sys, time, torch_musa_converter\n"
+            "from torch_musa.utils.musa_converter import convert_source\n"
+            f"src = open({str(path)!r}).read()\n"
+            "t0 = time.process_time(); r = convert_source(src)\n"
+            "print(time.process_time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
+            " sum(r.counts.values()))\n")
+    r = _py(code)
+    assert r.returncode == 0, r.stderr
+    cpu, rss_kb, n = r.stdout.split()
+    return float(cpu), int(rss_kb) / 1024, int(n)
+
+
+def test_big_files_take_linear_time_and_memory(tmp_path):
+    """A rewrite on every line, and one 20,000-entry literal (quadratic
+    before: 5,000 entries took 25 s): 4x the lines cost about 4x the CPU time
+    (a quadratic cost would be 16x), and memory stays small."""
+    shapes = {
+        "flat": lambda n: "".join(f"x{i} = torch.ones({i}).cuda()\n" for i in range(n)),
+        "lit": lambda n: "T = {\n" + "".join(f"    'k{i}': 'cuda:{i % 8}',\n" for i in range(n)) + "}\n",
+    }
+    for name, make in shapes.items():
+        got = {}
+        for n in (5000, 20000):
+            path = tmp_path / f"{name}{n}.py"
+            path.write_text(make(n))
+            got[n] = _measure(path)
+            assert got[n][2] == n
+        (c1, _, _), (c4, rss, _) = got[5000], got[20000]
+        assert c4 < 8 * c1 + 1.0, (name, got)
+        assert rss < 300, (name, got)
+
+
+# -- item 6: notebooks ------------------------------------------------------------------
+
+def _notebook(cells, **dump):
+    import json
+    nb = {"cells": cells, "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(nb, **dump) + "\n", nb
+
+
+def test_notebooks_convert_code_cells_only_and_keep_the_rest(tmp_path):
+    import json
+    out_cell = {"cell_type": "code", "execution_count": 3, "id": "a1", "metadata": {"tags": ["x"]},
+                "outputs": [{"name": "stdout", "output_type": "stream", "text": ["device = 'cuda'\n"]}],
+                "source": ["import torch\n", "%matplotlib inline\n", "device = 'cuda'\n",
+                           "x = torch.ones(2).cuda()  # on the gpu: x.cuda()"]}
+    md = {"cell_type": "markdown", "id": "m1", "metadata": {}, "source": ["Use `x.cuda()` – é"]}
+    magic = {"cell_type": "code", "execution_count": None, "id": "c2", "metadata": {}, "outputs": [],
+             "source": ["%%bash\n", "nvidia-smi --query cuda\n"]}
+    text, nb = _notebook([out_cell, md, magic], indent=1, sort_keys=True, ensure_ascii=False)
+    (tmp_path / "gen.ipynb").write_text(text, encoding="utf-8")
+    text2, _ = _notebook([dict(out_cell, id="b")], indent=2)    # another layout
+    (tmp_path / "other.ipynb").write_text(text2.rstrip("\n"), encoding="utf-8")
+    report = tmp_path / "r.json"
+    assert _run(tmp_path, "--report", str(report)) == 0
+    got = (tmp_path / "gen.ipynb").read_text(encoding="utf-8")
+    want_cell = dict(out_cell, source=["import torch\n", "%matplotlib inline\n", "device = 'musa'\n",
+                                       "x = torch.ones(2).musa()  # on the gpu: x.musa()"])
+    want, _ = _notebook([want_cell, md, magic], indent=1, sort_keys=True, ensure_ascii=False)
+    assert got == want            # outputs, markdown, metadata, layout: unchanged
+    got2 = (tmp_path / "other.ipynb").read_text(encoding="utf-8")
+    assert got2 == _notebook([dict(want_cell, id="b")], indent=2)[0].rstrip("\n")
+    data = json.loads(report.read_text())
+    assert data["notebooks"] == ["gen.ipynb", "other.ipynb"]
+    gen = next(f for f in data["files"] if f["path"] == "gen.ipynb")
+    assert gen["status"] == "converted" and "cells 3" in gen["reason"]
+
+
+# -- item 7: build scripts ------------------------------------------------------------------
+
+def test_cu_patterns_in_build_scripts_are_rewritten_or_flagged(tmp_path):
+    import json
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
+    (tmp_path / "setup.py").write_text(
+        "import glob, os\n"
+        "srcs = glob.glob('csrc/*.cu') + glob.glob(os.path.join('csrc', '**', '*.cuh'), recursive=True)\n"
+        "more = [f for f in os.listdir('csrc') if f.endswith('.cu')]\n"
+        "odd = glob.glob(f'{root}/*.cu') + glob.glob('csrc/*.{cu,cpp}')\n")
+    (tmp_path / "CMakeLists.txt").write_text(
+        "project(x LANGUAGES CXX CUDA)\nfile(GLOB SRCS csrc/*.cu)\nadd_library(x ${SRCS})\n")
+    report = tmp_path / "r.json"
+    assert _run(tmp_path, "--report", str(report)) == 0
+    assert (tmp_path / "csrc" / "k.mu").exists()
+    setup = (tmp_path / "setup.py").read_text()
+    assert "glob.glob('csrc/*.mu')" in setup and "'*.muh'" in setup and "endswith('.mu')" in setup
+    data = json.loads(report.read_text())
+    flagged = {(r["path"], r["line"], r["id"]) for r in data["review"]}
+    assert ("setup.py", 4, "cu-source-pattern") in flagged
+    assert {("CMakeLists.txt", 1, "build-script-cuda"),
+            ("CMakeLists.txt", 2, "build-script-cuda")} <= flagged
+    assert ("CMakeLists.txt", 3, "build-script-cuda") not in flagged
+    assert (tmp_path / "CMakeLists.txt").read_text().count("*.cu") == 1   # never rewritten
+
+
+# -- item 8: comments ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("src,want", [
+    ("# storage.cuda(torch.cuda.current_device())\n", "# storage.musa(torch.musa.current_device())\n"),
+    ("x = 1  # storage.cuda(torch.cuda.current_device())\n",
+     "x = 1  # storage.musa(torch.musa.current_device())\n"),
+    ("y = t.cuda()  # then storage.cuda(torch.cuda.current_device()) and .cuda()\n",
+     "y = t.musa()  # then storage.musa(torch.musa.current_device()) and .musa()\n"),
+    ("# device = 'cuda:0'\n", "# device = 'musa:0'\n"),
+    ("# run with CUDA_VISIBLE_DEVICES=0 on a cuda box\n", "# run with MUSA_VISIBLE_DEVICES=0 on a cuda box\n"),
+    ("# CUDA kernels are fast; cuda is a word here\n", None),
+])
+def test_comments_are_rewritten_like_code_never_half(src, want):
+    from torch_musa.utils.musa_converter import convert_source
+    r = convert_source(src)
+    assert r.source == (src if want is None else want)
+    assert convert_source(r.source).source == r.source
+
+
+def test_comment_rule_is_documented():
+    doc = (ROOT / "docs" / "CONVERTER.md").read_text()
+    assert "## Comments" in doc and "storage.cuda(torch.cuda.current_device())" in doc

@@ -103,6 +103,22 @@ def port_source(text: str, table: Table | None = None) -> CResult:
     return CResult(restore_eols(new, eols) if counts else original, counts, review)
 
 
+_BUILD_CUDA = re.compile(r"\.cuh?(?![A-Za-z0-9_])|\bCUDA\b|\bnvcc\b|\bcuda_add_\w+|"
+                         r"\bCUDA::|\bfind_package\s*\(\s*CUDA", re.I)
+
+
+def review_build_script(text: str) -> list[dict]:
+    """Lines of a CMake/Make script that name CUDA sources or the CUDA
+    toolchain: the converter renames .cu files but does not rewrite build
+    scripts, so each such line is listed for a human (id build-script-cuda)."""
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if _BUILD_CUDA.search(code):
+            out.append({"line": i, "id": "build-script-cuda", "text": line.strip()[:160]})
+    return out
+
+
 def _line_of(text: str, name: str) -> int:
     m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text)
     return text.count("\n", 0, m.start()) + 1 if m else 0

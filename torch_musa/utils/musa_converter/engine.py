@@ -100,6 +100,7 @@ class RunResult:
             "interrupted": self.interrupted,
             "not_done": self.not_done,
             "read_only": [f.path for f in self.files if f.status == "read-only"],
+            "notebooks": [f.path for f in self.files if f.kind == "notebook"],
             "summary": {"files": len(self.files), "lines": sum(f.lines for f in self.files),
                         **{k: status.get(k, 0) for k in ("converted", "unchanged", "skipped", "failed",
                                                             "read-only")},
@@ -126,11 +127,21 @@ def _resolve_user_path(p: str, root_dir: str) -> str:
     return os.path.realpath(os.path.join(root_dir, p))
 
 
+# Build scripts are read, never rewritten: their CUDA lines are listed for review.
+BUILD_NAMES = {"CMakeLists.txt", "Makefile", "makefile", "GNUmakefile"}
+BUILD_SUFFIXES = (".cmake", ".mk")
+
+
 def _kind(name: str, opts: Options, c_ext: tuple[str, ...]) -> str | None:
     if opts.python and name.endswith(".py"):
         return "python"
+    if opts.python and name.endswith(".ipynb"):
+        return "notebook"
     if opts.c and name.endswith(c_ext):
         return "c"
+    base = os.path.basename(name)
+    if base in BUILD_NAMES or base.endswith(BUILD_SUFFIXES):
+        return "build"
     return None
 
 
@@ -332,6 +343,13 @@ def process_file(job: tuple[str, str, str]) -> FileResult:
             from torch_musa.utils.musa_converter import python_rewriter
             launch = os.path.realpath(path) in ctx.get("launch", ())
             r = python_rewriter.convert_source(text, t, launch=launch, filename=rel)
+        elif kind == "notebook":
+            from torch_musa.utils.musa_converter import notebook
+            r = notebook.convert_notebook(text, t)
+            res.reason = r.note
+        elif kind == "build":
+            res.review = c_porter.review_build_script(text)
+            return res
         else:
             r = c_porter.port_source(text, t)
             new_abs = c_porter.new_path(path, t)

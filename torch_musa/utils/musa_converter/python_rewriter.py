@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import collections
 import gc
 import io
 import itertools
@@ -195,18 +196,7 @@ class _Rewriter(cst.CSTTransformer):
 
     # -- strings and comments ------------------------------------------------
     def _text(self, text: str, full: bool) -> str:
-        if full:
-            for rid, pat, to in self.t.string_rules:
-                m = pat.fullmatch(text)
-                if m:
-                    self.counts["py." + rid] += 1
-                    return m.expand(to)
-        if self.t.string_token_re is not None:
-            def sub(m):
-                self.counts["py.string-token:" + m.group(0)] += 1
-                return self.t.string_tokens[m.group(0)]
-            text = self.t.string_token_re.sub(sub, text)
-        return text
+        return _string_text(self.t, text, full, self.counts)
 
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
         m = _STR_PREFIX.match(updated.value)
@@ -236,14 +226,55 @@ class _Rewriter(cst.CSTTransformer):
         return updated if new == updated.value else updated.with_changes(value=new)
 
 
+# A code fragment inside a prose comment: a dotted name (maybe after a dot),
+# maybe called, e.g. `x.cuda(0)`, `.cuda()`, `torch.cuda.set_device(rank)`.
+_FRAGMENT = re.compile(r"\.?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\((?:[^()\n]|\([^()\n]*\))*\))?")
+
+
 def comment_text(t: Table, text: str, counts: Counter) -> str:
-    if t.comment_token_re is None:
+    """A comment (``# ...``) rewritten like code, never half-way.
+
+    If the text after ``#`` is Python (``# storage.cuda(torch.cuda.current_device())``),
+    it is converted exactly as that code would be. Otherwise each code
+    fragment in the prose (a dotted name, maybe called: ``x.cuda(0)``,
+    ``torch.cuda.synchronize()``) is converted as code, and environment
+    variable names (``CUDA_VISIBLE_DEVICES``) are renamed; plain words such
+    as "cuda" or "CUDA" stay."""
+    if not t.find_hits(text):
         return text
+    body = text[1:]
+    code = body.strip()
+    if code:
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError):
+            pass
+        else:
+            new = _comment_code(t, code, counts)
+            i = body.index(code)
+            return "#" + body[:i] + new + body[i + len(code):]
 
     def sub(m):
-        counts["py.comment-token:" + m.group(0)] += 1
-        return t.comment_tokens[m.group(0)]
-    return t.comment_token_re.sub(sub, text)
+        frag = m.group(0)
+        if frag in t.env:
+            counts["py.comment:env:" + frag] += 1
+            return t.env[frag]
+        if not t.find_hits(frag):
+            return frag
+        lead = frag.startswith(".")
+        try:
+            new = _comment_code(t, "_" + frag if lead else frag, counts)
+        except SyntaxError:
+            return frag
+        return new[1:] if lead else new
+    return _FRAGMENT.sub(sub, text)
+
+
+def _comment_code(t: Table, code: str, counts: Counter) -> str:
+    r = _convert_source(code + "\n", t, False, "<comment>")
+    for k, v in r.counts.items():
+        counts["py.comment:" + k.removeprefix("py.")] += v
+    return r.source[:-1]
 
 
 # --------------------------------------------------------------------------
@@ -276,6 +307,7 @@ class _Locator:
         self.lines = lines
         self._starts: dict[int, list[int]] = {}
         self._strings: dict[int, list] = {}
+        self._kids: dict[int, tuple] = {}
 
     def _find(self, body: list[ast.stmt], line: int):
         key = id(body)
@@ -356,6 +388,19 @@ class _Locator:
                 if isinstance(n, (ast.Constant, ast.JoinedStr)) and n.end_lineno > n.lineno]
         return spans
 
+    def _child_at(self, node, line, col):
+        """The expression child of ``node`` that starts last at or before
+        (line, col): a bisection over the children sorted by position (they
+        do not overlap), so a literal with n entries costs log n per hit, not n."""
+        key = id(node)
+        kids = self._kids.get(key)
+        if kids is None:
+            order = sorted(_expr_children(node), key=lambda c: (c.lineno, c.col_offset))
+            kids = self._kids[key] = ([(c.lineno, c.col_offset) for c in order], order)
+        starts, order = kids
+        i = bisect.bisect_right(starts, (line, col)) - 1
+        return order[i] if i >= 0 else None
+
     def _expr_chunk(self, stmt, line, hits):
         """In a long simple statement (a big literal), the smallest expression
         that starts a line and holds every hit of ``line``."""
@@ -369,14 +414,11 @@ class _Locator:
         path = []
         node = stmt
         while True:
-            for child in _expr_children(node):
-                if (child.lineno, child.col_offset) <= (line, lo) and \
-                        (child.end_lineno, child.end_col_offset) >= (line, hi):
-                    path.append(child)
-                    node = child
-                    break
-            else:
+            child = self._child_at(node, line, lo)
+            if child is None or (child.end_lineno, child.end_col_offset) < (line, hi):
                 break
+            path.append(child)
+            node = child
             if isinstance(node, ast.JoinedStr):   # positions inside f-strings are unreliable
                 break
         for node in reversed(path):
@@ -429,8 +471,24 @@ _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.Fo
 # Review (call sites a rewrite cannot fix), on the original ast
 # --------------------------------------------------------------------------
 
+def _walk(root):
+    """``ast.walk`` (same breadth-first order) without the Load/Store context
+    nodes, which no check looks at; about twice as fast."""
+    todo = collections.deque([root])
+    AST = ast.AST
+    while todo:
+        node = todo.popleft()
+        for f in node._fields:
+            v = getattr(node, f, None)
+            if type(v) is list:
+                todo.extend(c for c in v if isinstance(c, AST))
+            elif isinstance(v, AST) and f != "ctx":
+                todo.append(v)
+        yield node
+
+
 def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
-    norm = t.apply_dotted
+    norm = functools.lru_cache(maxsize=4096)(t.apply_dotted)
     items = t.review
     compares = [i for i in items if i.kind == "compare"]
     calls = {norm(n): i for i in items if i.kind == "call" for n in i.detect["names"]}
@@ -448,7 +506,7 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
 
     exempt: set[int] = set()
     for root in nodes:
-        for node in ast.walk(root):
+        for node in _walk(root):
             if id(node) in exempt:
                 continue
             if isinstance(node, ast.Call):
@@ -501,6 +559,203 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
                 for w, item in strings:
                     if w in node.value:
                         add(node, item)
+
+
+# --------------------------------------------------------------------------
+# Fast path: simple rewrites as text edits at ast positions
+# --------------------------------------------------------------------------
+
+def _string_text(t: Table, text: str, full: bool, counts: Counter) -> str:
+    """The string rules on a literal's text (whole-literal rules when ``full``)."""
+    if full:
+        for rid, pat, to in t.string_rules:
+            m = pat.fullmatch(text)
+            if m:
+                counts["py." + rid] += 1
+                return m.expand(to)
+    if t.string_token_re is not None:
+        def sub(m):
+            counts["py.string-token:" + m.group(0)] += 1
+            return t.string_tokens[m.group(0)]
+        text = t.string_token_re.sub(sub, text)
+    return text
+
+
+class _NotFast(Exception):
+    """This piece needs libcst (a rule or a shape the fast path does not do)."""
+
+
+def _fast_edits(t: Table, node, hits, lines: list[str], counts: Counter) -> list[tuple]:
+    """Edits ``((line, col), (line, col), text)`` that give exactly what the
+    libcst rewriter gives for ``node``, when every hit is the attribute name
+    of a plain dotted chain (dotted/method/attribute rules), inside a
+    one-token string literal, or a bare name. Anything else (comments,
+    f-strings, call rules, imports, keywords...) raises _NotFast.
+
+    libcst costs ~1 ms a statement; this costs ~20 us, which is what makes a
+    file with a rewrite on every line linear *and* fast."""
+    attrs: dict[tuple, ast.Attribute] = {}
+    parents: dict[int, ast.AST] = {}
+    strings: dict[int, list] = {}      # by first line; multi-line ones under 0
+    names: set[tuple] = set()
+    stack = list(node) if isinstance(node, list) else [node]
+    while stack:
+        n = stack.pop()
+        for f in n._fields:
+            v = getattr(n, f, None)
+            if type(v) is list:
+                for c in v:
+                    if isinstance(c, ast.AST):
+                        parents[id(c)] = n
+                        stack.append(c)
+            elif isinstance(v, ast.AST) and f != "ctx":
+                parents[id(v)] = n
+                stack.append(v)
+        if isinstance(n, ast.Attribute):
+            attrs[(n.end_lineno, n.end_col_offset)] = n
+        elif isinstance(n, ast.Name):
+            names.add((n.lineno, n.col_offset, n.end_col_offset))
+        elif isinstance(n, ast.JoinedStr) or isinstance(n, ast.Constant) and isinstance(
+                n.value, (str, bytes)):
+            strings.setdefault(n.lineno if n.lineno == n.end_lineno else 0, []).append(n)
+    edits: list[tuple] = []
+    done: set[int] = set()
+    for ln, a, b in hits:
+        at = attrs.get((ln, b))
+        if at is not None and b - len(at.attr) == a:
+            top = at
+            while isinstance(parents.get(id(top)), ast.Attribute):
+                top = parents[id(top)]
+            if id(top) not in done:
+                done.add(id(top))
+                _fast_chain(t, top, parents.get(id(top)), lines, edits, counts)
+            continue
+        s = next((s for s in (*strings.get(ln, ()), *strings.get(0, ()))
+                  if (s.lineno, s.col_offset) <= (ln, a)
+                  and (s.end_lineno, s.end_col_offset) >= (ln, b)), None)
+        if s is not None:
+            if isinstance(s, ast.JoinedStr) or id(s) in parents and isinstance(
+                    parents[id(s)], (ast.JoinedStr, ast.FormattedValue)):
+                raise _NotFast("f-string")
+            if id(s) not in done and isinstance(s.value, str):
+                done.add(id(s))
+                _fast_string(t, s, lines, edits, counts)
+            continue
+        if (ln, a, b) in names:
+            continue
+        raise _NotFast("hit outside a name, attribute or string")
+    edits.sort(key=lambda e: (e[0], e[1]))
+    for e1, e2 in zip(edits, edits[1:]):
+        if e2[0] < e1[1]:
+            raise _NotFast("overlapping rewrites")
+    return edits
+
+
+def _segment(lines, n) -> str:
+    if n.lineno == n.end_lineno:
+        return lines[n.lineno - 1][n.col_offset:n.end_col_offset]
+    return (lines[n.lineno - 1][n.col_offset:] + "".join(lines[n.lineno:n.end_lineno - 1])
+            + lines[n.end_lineno - 1][:n.end_col_offset])
+
+
+def _fast_chain(t: Table, top: ast.Attribute, parent, lines, edits, counts) -> None:
+    chain = []
+    n = top
+    while isinstance(n, ast.Attribute):
+        chain.append(n)
+        n = n.value
+    chain.reverse()
+    name = n.id if isinstance(n, ast.Name) else None
+    mine = len(edits)
+    for n in chain:
+        full = f"{name}.{n.attr}" if name is not None else None
+        if full is not None and full in t.dotted:
+            if _segment(lines, n) != full:
+                raise _NotFast("dotted name with spaces or brackets")
+            if len(edits) > mine:   # an inner attribute rule already fired
+                raise _NotFast("nested rewrites")
+            name = t.dotted[full]
+            counts["py.dotted:" + full] += 1
+            edits.append(((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset), name))
+            continue
+        if n.attr in t.attributes and not (full or "").startswith("torch."):
+            if n.attr in t.methods:
+                raise _NotFast("attribute and method rule")
+            new = t.attributes[n.attr]
+            counts["py.attribute:" + n.attr] += 1
+            end = (n.end_lineno, n.end_col_offset)
+            edits.append(((end[0], end[1] - len(n.attr)), end, new))
+            name = f"{name}.{new}" if name is not None else None
+            continue
+        name = full
+    if isinstance(parent, ast.Call) and parent.func is top:
+        if name is not None and name in t.calls:
+            raise _NotFast("call rule")
+        if top.attr in t.methods and not (name or "").startswith("torch."):
+            counts["py.method:" + top.attr] += 1
+            end = (top.end_lineno, top.end_col_offset)
+            edits.append(((end[0], end[1] - len(top.attr)), end, t.methods[top.attr]))
+    elif isinstance(parent, ast.Call) and name is not None and name in t.calls:
+        raise _NotFast("call rule")
+
+
+def _fast_string(t: Table, s, lines, edits, counts) -> None:
+    seg = _segment(lines, s)
+    m = _STR_PREFIX.match(seg)
+    if not m:
+        raise _NotFast("string shape")
+    pre, q = m.group(0), m.group(2)
+    inner = seg[len(pre):len(seg) - len(q)]
+    if not seg.endswith(q) or len(seg) < len(pre) + len(q) or q in inner.replace(
+            "\\\\", "").replace("\\" + q[0], ""):
+        raise _NotFast("concatenated string")
+    new = _string_text(t, inner, True, counts)
+    if new != inner:
+        edits.append(((s.lineno, s.col_offset + len(pre)),
+                      (s.end_lineno, s.end_col_offset - len(q)), new))
+
+
+def _header_exprs(node) -> list | None:
+    """The expressions of a compound statement's header, for the fast path
+    (None for headers with decorators, arguments or other parts)."""
+    if isinstance(node, (ast.If, ast.While)):
+        return [node.test]
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return [node.target, node.iter]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [x for i in node.items for x in (i.context_expr, i.optional_vars) if x is not None]
+    return None
+
+
+def _fast_piece(t: Table, node, hits, lines: list[str], begin: tuple, stop: tuple,
+                counts: Counter) -> str | None:
+    """The rewritten text from ``begin`` to ``stop`` ((line, column) pairs),
+    or None when libcst must do it. ASCII lines only (ast columns are UTF-8
+    bytes)."""
+    start, end = begin[0], stop[0]
+    if isinstance(node, _COMPOUND) or not all(lines[i].isascii() for i in range(start - 1, end)):
+        return None
+    local: Counter = Counter()
+    try:
+        edits = _fast_edits(t, node, hits, lines, local)
+    except _NotFast:
+        return None
+    counts.update(local)
+    out = []
+    pos = begin
+    for a, b, text in edits:
+        out.append(_slice(lines, pos, a))
+        out.append(text)
+        pos = b
+    out.append(_slice(lines, pos, stop))
+    return "".join(out)
+
+
+def _slice(lines, a, b) -> str:
+    (l0, c0), (l1, c1) = a, b
+    if l0 == l1:
+        return lines[l0 - 1][c0:c1]
+    return lines[l0 - 1][c0:] + "".join(lines[l0:l1 - 1]) + lines[l1 - 1][:c1]
 
 
 # --------------------------------------------------------------------------
@@ -610,9 +865,22 @@ def _wrap(code: str, hdr) -> tuple[str, object]:
     return head + code, unwrap
 
 
+_BATCH = 256   # pieces per libcst parse: amortises its fixed cost, bounds its memory
+_FAST = True   # text edits for simple pieces (tests compare with libcst by turning it off)
+
+
 def _transform_batch(pieces, t: Table, name_map: dict[str, str], counts: Counter) -> list[str]:
-    """Rewrite many statements with one libcst parse (parsing has a fixed
-    cost of ~0.5 ms); falls back to one parse per statement."""
+    """Rewrite many statements, ``_BATCH`` at a time with one libcst parse
+    each (a parse has a fixed cost of ~0.5 ms, and a libcst tree takes ~30 KB
+    a line, so one parse of a whole big file would need gigabytes)."""
+    outs: list[str] = []
+    for i in range(0, len(pieces), _BATCH):
+        outs += _transform_group(pieces[i:i + _BATCH], t, name_map, counts)
+    return outs
+
+
+def _transform_group(pieces, t: Table, name_map: dict[str, str], counts: Counter) -> list[str]:
+    """One libcst parse for ``pieces``; one parse per piece if that fails."""
     if not pieces:
         return []
     wrapped = [_wrap(code, hdr) for code, hdr in pieces]
@@ -676,9 +944,116 @@ def _convert_source(source: str, t: Table, launch: bool, filename: str) -> PyRes
     # Rewrite text whose lines all end in "\n"; each line's own ending (\r\n,
     # bare \r, none at the end) is put back afterwards.
     norm, eols = split_eols(source)
-    if eols is not None and found:
-        found = t.find_hits(norm)
-    tree = ast.parse(norm, filename=filename)
+    name_map: dict[str, str] = {}
+    if any(m in norm for m in t.imports):     # from-imports rename names file-wide
+        for _, _, tree in _blocks(norm, filename):
+            name_map.update(_name_map(t, tree, norm))
+    counts: Counter = Counter()
+    review: list = []
+    outs = []
+    has_launch, at = False, -1
+    for first, text, tree in _blocks(norm, filename):   # one block's ast alive at a time
+        hits = t.find_hits(text) if found else []
+        outs.append(_convert_block(text, tree, hits, t, name_map, counts, review, first - 1)
+                    if hits else text)
+        if launch:
+            has_launch = has_launch or _has_launch_import(tree)
+            if at < 0 and tree.body:
+                at = _launch_line(tree)
+                at = at + first - 1 if at >= 0 else at
+        del tree
+    joined = "".join(outs)
+    if ".cu" in joined:
+        _leftover_cu(joined, review)
+    out = restore_eols(joined, eols)
+    if launch and not has_launch:
+        orig = io.StringIO(out, newline="").readlines()
+        nl = (eols[0] or "\n") if eols else "\n"
+        at = len(orig) if at < 0 else at
+        if at == len(orig) and orig and not orig[-1].endswith(("\n", "\r")):
+            orig[-1] += nl
+        orig.insert(at, LAUNCH_IMPORT + nl)
+        out = "".join(orig)
+        counts["py.launch-import"] += 1
+    review.sort(key=lambda r: r["line"])
+    return PyResult(out if counts else source, counts, review)
+
+
+_CU = re.compile(r"\.(?:cuh?(?![\w])|\{[^{}\n]*\bcuh?\b[^{}\n]*\})")
+
+
+def _leftover_cu(text: str, review: list) -> None:
+    """Strings that still name .cu/.cuh files after the rewrite (an f-string,
+    ``"*.{cu,cpp}"``, a concatenation): the sources are renamed, so such a
+    pattern would drop them from the build without an error. Listed for
+    review (id cu-source-pattern); only where a quote precedes on the line."""
+    seen = set()
+    for m in _CU.finditer(text):
+        ls = text.rfind("\n", 0, m.start()) + 1
+        before = text[ls:m.start()]
+        if "#" in before.split('"')[0].split("'")[0] or not ("'" in before or '"' in before):
+            continue
+        line = text.count("\n", 0, ls) + 1
+        if line not in seen:
+            seen.add(line)
+            le = text.find("\n", m.end())
+            review.append({"line": line, "id": "cu-source-pattern",
+                           "text": text[ls:le if le >= 0 else len(text)].strip()[:160]})
+
+
+_SPLIT = 4000   # lines: files over twice this are parsed in top-level blocks
+_CONTINUES = re.compile(r"(?:else|elif|except|finally)(?![\w])")
+
+
+def _blocks(norm: str, filename: str):
+    """``norm`` as (first line, text, ast) blocks of whole top-level statements
+    (a generator: one block's ast at a time).
+
+    One ``ast.parse`` of an 80,000-line file takes ~550 MB; blocks of a few
+    thousand lines keep memory flat. A block ends before a line that starts
+    in column 0 with a name (not else/elif/except/finally) and only if the
+    text before it parses: a cut inside a string, a bracket or after a
+    backslash leaves that text unfinished, which does not parse, so a block
+    that parses is a run of complete statements. Rules are local to a
+    statement, so converting blocks one by one gives the same text."""
+    if norm.count("\n") <= 2 * _SPLIT:
+        yield 1, norm, ast.parse(norm, filename=filename)
+        return
+    lines = io.StringIO(norm, newline="").readlines()
+    start, step = 0, _SPLIT
+    i = start + step
+    while i < len(lines):
+        c = lines[i][:1]
+        if (c.isalpha() or c in "_@") and c.isidentifier() or c == "@":
+            if not _CONTINUES.match(lines[i]):
+                text = "".join(lines[start:i])
+                try:
+                    tree = ast.parse(text, filename=filename)
+                except SyntaxError:
+                    step *= 2            # a long string or bracket: try further on
+                    i += step
+                    continue
+                yield start + 1, text, tree
+                del tree
+                start, step = i, _SPLIT
+                i = start + step
+                continue
+        i += 1
+    text = "".join(lines[start:])
+    try:
+        tree = ast.parse(text, filename=filename)
+    except SyntaxError as e:
+        if e.lineno is not None:
+            e.lineno += start
+            if getattr(e, "end_lineno", None) is not None:
+                e.end_lineno += start
+        raise
+    yield start + 1, text, tree
+
+
+def _convert_block(norm: str, tree: ast.Module, found, t: Table, name_map: dict[str, str],
+                   counts: Counter, review_out: list, offset: int) -> str:
+    """The rewritten text of one block (review lines shifted by ``offset``)."""
     lines = io.StringIO(norm, newline="").readlines()   # lines as Python counts them
     line_starts = [0, *itertools.accumulate(map(len, lines))]
     per_line: dict[int, list[tuple[int, int]]] = {}
@@ -688,7 +1063,6 @@ def _convert_source(source: str, t: Table, launch: bool, filename: str) -> PyRes
         per_line.setdefault(ln, []).append((a - base, b - base))
     cand = sorted(per_line)
 
-    counts: Counter = Counter()
     review: list = []
     loc = _Locator(tree, lines)
     chunks: list[tuple[int, int]] = []
@@ -703,7 +1077,6 @@ def _convert_source(source: str, t: Table, launch: bool, filename: str) -> PyRes
             comment_lines.append(ln)
         elif c != "blank":
             chunks.append(c)
-    name_map = _name_map(t, tree, source)
 
     seen: set = set()
     # new_lines keeps one entry per original line: a rewritten chunk puts its
@@ -721,49 +1094,64 @@ def _convert_source(source: str, t: Table, launch: bool, filename: str) -> PyRes
         new_lines = list(lines)
         review_nodes = []
         pieces = []
+        slow = []          # indexes into kept that need libcst
+        news: list = []
+        fast = _FAST and not name_map
         for start, end, hdr in kept:
-            if hdr is not None and hdr[0] == "expr":
+            expr = hdr is not None and hdr[0] == "expr"
+            if expr:
                 _, scol, ecol, node = hdr
                 first, last = lines[start - 1], lines[end - 1]
                 code = first[scol:ecol] if start == end else \
                     first[scol:] + "".join(lines[start:end - 1]) + last[:ecol]
-                pieces.append((code, hdr))
                 review_nodes.append(node)
-                continue
-            pieces.append(("".join(lines[start - 1:end]), hdr))
-            if hdr is not None:
-                review_nodes.append(_header_only(hdr[2]))
-                continue
-            for _, _, node in loc.path(start):
-                if _span(node) == (start, end):
-                    review_nodes.append(node)
-                    break
-        news = _transform_batch(pieces, t, name_map, counts)
-        for (start, end, hdr), (code, _), new in zip(kept, pieces, news):
-            if new == code:
-                continue
+            else:
+                code = "".join(lines[start - 1:end])
+                node = None
+                if hdr is not None:
+                    review_nodes.append(_header_only(hdr[2]))
+                else:
+                    for _, _, n in loc.path(start):
+                        if _span(n) == (start, end):
+                            node = n
+                            review_nodes.append(n)
+                            break
+            new = None
+            if fast and hdr is not None and not expr:   # just the header's expressions
+                node = _header_exprs(hdr[2])
+            if fast and node is not None:
+                hits = [(ln, a, b) for ln in range(start, end + 1) for a, b in per_line.get(ln, ())]
+                begin = (start, scol) if expr else (start, 0)
+                stop = (end, ecol) if expr else (end, len(lines[end - 1]))
+                new = _fast_piece(t, node, hits, lines, begin, stop, counts)
+            if new is None:
+                slow.append(len(news))
+                pieces.append((code, hdr))
+            news.append(new)
+        for i, new in zip(slow, _transform_batch(pieces, t, name_map, counts)):
+            news[i] = new
+        for (start, end, hdr), new in zip(kept, news):
             if hdr is not None and hdr[0] == "expr":
                 scol, ecol = hdr[1], hdr[2]
                 new = lines[start - 1][:scol] + new + lines[end - 1][ecol:]
+            else:
+                if new == "".join(lines[start - 1:end]):
+                    continue
             new_lines[start - 1:end] = [new] + [""] * (end - start)
         _review(t, review_nodes, lines, review, seen)
+        # A comment line inside a rewritten chunk was rewritten with it:
+        # bisect over the chunks (sorted by start; reach = running max end).
+        starts = [c[0] for c in kept]
+        reach = list(itertools.accumulate((c[1] for c in kept), max))
         for ln in comment_lines:
-            if any(s <= ln <= e for s, e, _ in kept):
+            i = bisect.bisect_right(starts, ln) - 1
+            if i >= 0 and reach[i] >= ln:
                 continue
             text = lines[ln - 1]
             i = text.index("#")
             new_lines[ln - 1] = text[:i] + comment_text(t, text[i:], counts)
 
-    out = restore_eols("".join(new_lines), eols)
-    if launch and not _has_launch_import(tree):
-        at = _launch_line(tree)
-        orig = io.StringIO(out, newline="").readlines()
-        nl = (eols[0] or "\n") if eols else "\n"
-        at = len(orig) if at < 0 else at
-        if at == len(orig) and orig and not orig[-1].endswith(("\n", "\r")):
-            orig[-1] += nl
-        orig.insert(at, LAUNCH_IMPORT + nl)
-        out = "".join(orig)
-        counts["py.launch-import"] += 1
-    review.sort(key=lambda r: r["line"])
-    return PyResult(out if counts else source, counts, review)
+    for x in review:
+        x["line"] += offset
+    review_out.extend(review)
+    return "".join(new_lines)
