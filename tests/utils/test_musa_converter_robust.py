@@ -147,7 +147,8 @@ def _converted(root):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigterm_stops_workers_and_writes_a_partial_report(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_signal_stops_workers_and_writes_a_partial_report(tmp_path, sig):
     import json
     import signal
     import time
@@ -155,14 +156,14 @@ def test_sigterm_stops_workers_and_writes_a_partial_report(tmp_path):
     _slow_tree(root)
     report = tmp_path / "r.json"
     p, kids = _start(root, report)
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(getattr(signal, sig))
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 128 + signal.SIGTERM, err
-    assert "INTERRUPTED by SIGTERM" in out
+    assert p.returncode == 128 + getattr(signal, sig), err
+    assert f"INTERRUPTED by {sig}" in out
     time.sleep(0.5)
     assert not [k for k in kids if _alive(k)]
     data = json.loads(report.read_text())
-    assert data["interrupted"] == "SIGTERM" and data["not_done"] > 0
+    assert data["interrupted"] == sig and data["not_done"] > 0
     done = sorted(f["path"] for f in data["files"] if f["status"] == "converted")
     assert set(done) <= set(_converted(root))
     assert data["not_done"] + len(data["files"]) == 24
