@@ -188,10 +188,8 @@ def test_autocast_float32_and_set_autocast_enabled():
     assert not torch.is_autocast_enabled("musa")
 
 
-@pytest.mark.requires_host_driver("float64 refusal depends on the simulated profile")
+@pytest.mark.requires_profile("s80", reason="float64 refused: the MTT S80 lacks it")
 def test_double_cast_env_read_when_ops_run(monkeypatch):
-    if torch_musa.config.CONFIG.profile.supports_fp64:
-        pytest.skip("the profile computes float64")
     x = torch.ones(3, dtype=torch.float64, device="musa")
     monkeypatch.delenv("TORCH_USE_MUSA_DOUBLE_CAST", raising=False)
     with pytest.raises(RuntimeError, match="TORCH_USE_MUSA_DOUBLE_CAST"):

@@ -182,10 +182,10 @@ def test_dtype_the_profile_lacks_raises_naming_the_profile(subpython):
     assert "6.0" in r.stdout and "torch.bfloat16" in r.stdout
 
 
-@pytest.mark.requires_profile("s4000", reason="the MTT S4000 has no float64")
-def test_float64_compute_is_rejected_on_s4000_but_prints():
+@pytest.mark.requires_profile("s80", reason="the MTT S80 has no float64")
+def test_float64_compute_is_rejected_on_s80_but_prints():
     x = torch.ones(3, dtype=torch.float64, device="musa")
-    with pytest.raises(RuntimeError, match="dtype Double.*MTT S4000.*TORCH_MUSA_PROFILE=s5000"):
+    with pytest.raises(RuntimeError, match="dtype Double.*MTT S80.*TORCH_MUSA_PROFILE=s5000"):
         x * 2
     assert "dtype=torch.float64" in repr(x)
     assert x.cpu().sum().item() == 3.0

@@ -1,7 +1,7 @@
 """GradScaler for musa.
 
 ``torch.amp.GradScaler`` carries out ``1 / scale`` in float64, which a
-hardware profile without float64 (s80, s4000) refuses. On musa the reciprocal
+hardware profile without float64 (s80) refuses. On musa the reciprocal
 runs in float64 only where the profile has it, else in float32 (as PyTorch does
 on MPS; the scale is a power of two in normal use, so the result is exact).
 ``install()`` applies the same rule to ``torch.amp.GradScaler("musa")``.

@@ -60,7 +60,7 @@ PROFILES = {
         HardwareProfile("s80", "MTT S80", 2, 1, 16 * GiB, 32, 1_800_000, 2, False, False,
                         memory_clock_rate_khz=7_000_000, memory_bus_width=256),
         # GDDR6: 384 bits at 16 Gb/s (768 GB/s).
-        HardwareProfile("s4000", "MTT S4000", 2, 2, 48 * GiB, 128, 1_500_000, 2, True, False),
+        HardwareProfile("s4000", "MTT S4000", 2, 2, 48 * GiB, 128, 1_500_000, 2, True, True),
         # HBM-class: 5120 bits at 3.2 Gb/s (2 TB/s); a newer arch's larger on-chip memories.
         HardwareProfile("s5000", "MTT S5000", 3, 1, 80 * GiB, 128, 1_600_000, 2, True, True,
                         memory_clock_rate_khz=1_600_000, memory_bus_width=5120,

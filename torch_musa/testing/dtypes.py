@@ -1,7 +1,7 @@
 """Dtype lists that follow the selected hardware profile.
 
 The profile (``TORCH_MUSA_PROFILE``) decides which dtypes the device can
-compute in: s80 has no bfloat16, s80 and s4000 have no float64. The lists
+compute in: s80 has neither bfloat16 nor float64 (s4000 and s5000 have both). The lists
 below leave out what the profile lacks, so a test parametrized over them runs
 everywhere; asking for such a dtype explicitly raises
 :class:`UnsupportedDtypeError` naming the profile.
@@ -46,7 +46,7 @@ def dtype_supported(dtype: torch.dtype) -> bool:
 def _profile_hint(dtype: torch.dtype) -> str:
     if dtype in (torch.float64, torch.complex128):
         return ("compute in float32, set TORCH_USE_MUSA_DOUBLE_CAST=1 to compute float64 ops "
-                "in float32, or pick a profile with float64 (TORCH_MUSA_PROFILE=s5000)")
+                "in float32, or pick a profile with float64 (TORCH_MUSA_PROFILE=s4000 or s5000)")
     return "pick a profile with bfloat16 (TORCH_MUSA_PROFILE=s4000 or s5000)"
 
 
