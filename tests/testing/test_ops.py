@@ -137,14 +137,19 @@ def test_conv2d_functional():
     t.check_musafp16_vs_musafp32()
 
 
-@pytest.mark.parametrize("dtype", _marked((torch.float16, torch.bfloat16), "half-precision cuDNN convolution "
-                                          "against the CPU beyond the helper's host-tuned tolerance"))
+# Half precision: musa's convolutions accumulate in float32 as the card's do, the CPU's
+# round partial sums, so they agree to an ulp of the result (2**-10 float16, 2**-7 bfloat16).
+_CONV_TOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_conv2d_module_class(dtype):
     """func is an nn.Module class: built from input_args with the same seed on both
     devices, called with the inputs dict; weight gradients are compared too."""
+    tol = _CONV_TOL[dtype]
     t = OpTest(func=nn.Conv2d, input_args={"in_channels": 3, "out_channels": 4,
                                            "kernel_size": 3, "padding": 1},
-               test_dtype=dtype, comparators=DefaultComparator(abs_diff=1e-4, rel_diff=1e-4))
+               test_dtype=dtype, comparators=DefaultComparator(abs_diff=tol, rel_diff=tol))
     t.check_result({"input": torch.randn(2, 3, 8, 8, requires_grad=True)}, train=True)
 
 

@@ -192,6 +192,15 @@ at::Tensor to_device(const at::Tensor& h, c10::DeviceIndex d) {
   return musa_tensor_over(adopt_storage(h, d, 1), h);
 }
 
+// float16/bfloat16 convolutions accumulate in float32, as CUDA's and MUSA's kernels
+// do: the CPU's half-precision kernels round partial sums (the backward was off by
+// up to 7.8 % relative), so the host computes in float32 and rounds once at the end.
+at::Tensor accumulate_in_float(const at::Tensor& h, const at::Tensor& input) {
+  const auto t = input.scalar_type();
+  if (!h.defined() || (t != at::kHalf && t != at::kBFloat16)) return h;
+  return h.to(at::kFloat);
+}
+
 at::Tensor convolution_overrideable(
     const at::Tensor& input, const at::Tensor& weight,
     const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
@@ -200,12 +209,13 @@ at::Tensor convolution_overrideable(
   const at::Tensor b = bias.value_or(at::Tensor());
   const auto d = common_device({&input, &weight, &b});
   KernelAllocationScope scope(d);
-  at::Tensor out = at::convolution(on_host(input), on_host(weight),
-                                   b.defined() ? std::optional<at::Tensor>(on_host(b))
+  const auto acc = [&](const at::Tensor& t) { return accumulate_in_float(on_host(t), input); };
+  at::Tensor out = at::convolution(acc(input), acc(weight),
+                                   b.defined() ? std::optional<at::Tensor>(acc(b))
                                                : std::nullopt,
                                    stride, padding, dilation, transposed,
                                    output_padding, groups);
-  at::Tensor result = to_device(out, d);
+  at::Tensor result = to_device(out.to(input.scalar_type()), d);
   if (C10_UNLIKELY(nan_check_armed()))
     nan_check_op("aten::convolution_overrideable",
                  {input, weight, b.defined() ? c10::IValue(b) : c10::IValue()}, {result});
@@ -223,12 +233,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups
                                                  : weight.size(0)};
   KernelAllocationScope scope(d);
+  const auto acc = [&](const at::Tensor& t) { return accumulate_in_float(on_host(t), input); };
   auto [gi, gw, gb] = at::convolution_backward(
-      on_host(grad_output), on_host(input), on_host(weight),
+      acc(grad_output), acc(input), acc(weight),
       bias_sizes ? at::OptionalIntArrayRef(*bias_sizes) : std::nullopt, stride,
       padding, dilation, transposed, output_padding, groups, output_mask);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> result{to_device(gi, d), to_device(gw, d),
-                                                         to_device(gb, d)};
+  const auto back = [&](const at::Tensor& g, const at::Tensor& like) {
+    return to_device(g.defined() ? g.to(like.scalar_type()) : g, d);
+  };
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result{back(gi, input), back(gw, weight),
+                                                         back(gb, grad_output)};
   if (C10_UNLIKELY(nan_check_armed()))
     nan_check_op("aten::convolution_backward_overrideable", {grad_output, input, weight},
                  {std::get<0>(result), std::get<1>(result), std::get<2>(result)});
