@@ -147,3 +147,17 @@ def test_memory_stats_all_adds_the_devices():
     assert total["allocated_bytes.all.current"] == sum(p["allocated_bytes.all.current"] for p in per)
     assert total["reserved_bytes.all.peak"] == max(p["reserved_bytes.all.peak"] for p in per)
     del x
+
+
+def test_profiler_sees_musa_memory_events():
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        x = torch.empty(MiB, dtype=torch.uint8, device="musa")
+        del x
+    events = prof.events()
+    empty = [e for e in events if e.name == "aten::empty"]
+    freed = [e for e in events if e.name == "[memory]"]
+    assert [e.device_memory_usage for e in empty] == [MiB]  # device memory, not CPU memory
+    assert [e.device_memory_usage for e in freed] == [-MiB]
+    assert all(e.cpu_memory_usage == 0 for e in empty + freed)

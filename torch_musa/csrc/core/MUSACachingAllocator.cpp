@@ -240,6 +240,15 @@ void record_trace(TraceEntry::Action action, c10::DeviceIndex d, uintptr_t addr,
   }
 }
 
+// torch.profiler(profile_memory=True)'s [memory] events, as CUDA's allocator reports them.
+void report_to_profiler(const Block* b, int64_t delta) {
+  if (C10_LIKELY(!c10::memoryProfilingEnabled())) return;
+  const DeviceStats& s = g_dev[b->device].stats;
+  c10::reportMemoryUsageToProfiler(b->ptr, delta, size_t(s.allocated_bytes[0].current),
+                                   size_t(s.reserved_bytes[0].current),
+                                   c10::Device(c10::DeviceType::PrivateUse1, b->device));
+}
+
 c10::MempoolId_t pool_id(const BlockPool* p) {
   return p->owner ? p->owner->id : c10::MempoolId_t{0, 0};
 }
@@ -508,6 +517,7 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
   record_trace(TraceEntry::ALLOC, d, reinterpret_cast<uintptr_t>(b->ptr), b->size, sid,
                pool_id(b->pool),
                g_context_level.load() >= int(RecordContext::ALLOC) ? ctx : nullptr);
+  report_to_profiler(b, int64_t(b->size));
   return b;
 }
 
@@ -527,6 +537,7 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
   // Kernels run eagerly on the host: the block is free now, not after a stream.
   record_trace(TraceEntry::FREE_COMPLETED, b->device, reinterpret_cast<uintptr_t>(b->ptr),
                b->size, b->stream, id, ctx);
+  report_to_profiler(b, -int64_t(b->size));
   b->allocated = false;
   b->unified = false;
   b->requested = 0;
