@@ -35,7 +35,7 @@ from torch_musa.core.graphs import (
     is_current_stream_capturing,
     make_graphed_callables,
 )
-from torch_musa.core import memory
+from torch_musa.core import memory, nvtx
 from torch_musa.core.memory import (
     MemPool,
     MemPoolContext,
