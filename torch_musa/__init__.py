@@ -33,6 +33,7 @@ from torch_musa.core import jit as _jit  # noqa: E402
 from torch_musa.core import printing as _printing  # noqa: E402
 from torch_musa.ops import dtype_policy as _dtype_policy  # noqa: E402
 from torch_musa.ops import fallback_routes as _fallback_routes  # noqa: E402
+from torch_musa.ops import half_upcast as _half_upcast  # noqa: E402
 from torch_musa.ops import registry as _registry  # noqa: E402
 from torch_musa.ops import rnn_cells as _rnn_cells  # noqa: E402
 
@@ -44,6 +45,7 @@ _C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
 _fallback_routes.install()
 _registry.register_customized()
 _rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
+_half_upcast.install()  # float16/bfloat16 where the CPU's kernels lack them, in float32
 _registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
