@@ -91,6 +91,8 @@ def test_mode_owner_and_inode_are_kept_and_read_only_files_listed(tmp_path):
     cu.chmod(0o640)
     before = {p.name: os.stat(p) for p in (ex, ro, cu)}
     report = tmp_path / "r.json"
+    assert _run(tmp_path, "--dry-run", "--report", str(report)) == 0
+    assert __import__("json").loads(report.read_text())["read_only"] == ["ro.py"]
     assert _run(tmp_path, "--report", str(report)) == 0
     assert ex.read_text() == "x = t.musa()\n"
     assert (tmp_path / "alias.py.txt").read_text() == "x = t.musa()\n"

@@ -370,6 +370,13 @@ def process_file(job: tuple[str, str, str]) -> FileResult:
         if os.path.lexists(new_abs):
             res.status, res.reason = "failed", f"target {res.new_path} already exists"
             return res
+    try:
+        ro = _read_only(path)
+    except OSError as e:
+        ro = f"cannot stat: {e.strerror}"
+    if ro:                       # reported the same way in a dry run
+        res.status, res.reason = "read-only", ro
+        return res
     if ctx.get("dry_run"):
         res.diff = "".join(difflib.unified_diff(
             text.splitlines(keepends=True), r.source.splitlines(keepends=True),
@@ -378,10 +385,6 @@ def process_file(job: tuple[str, str, str]) -> FileResult:
             res.diff = f"rename {rel} -> {res.new_path}\n"
         return res
     try:
-        ro = _read_only(path)
-        if ro:
-            res.status, res.reason = "read-only", ro
-            return res
         data = r.source.encode(codec)
         if ctx.get("backup_dir"):
             dst = os.path.join(ctx["backup_dir"], rel)
