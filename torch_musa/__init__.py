@@ -36,6 +36,7 @@ from torch_musa.ops import fallback_routes as _fallback_routes  # noqa: E402
 from torch_musa.ops import half_upcast as _half_upcast  # noqa: E402
 from torch_musa.ops import registry as _registry  # noqa: E402
 from torch_musa.ops import rnn_cells as _rnn_cells  # noqa: E402
+from torch_musa.ops import sync_batch_norm as _sync_batch_norm  # noqa: E402
 
 torch._register_device_module("musa", _musa_module)
 torch.utils.generate_methods_for_privateuse1_backend(
@@ -46,6 +47,7 @@ _fallback_routes.install()
 _registry.register_customized()
 _rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
 _half_upcast.install()  # float16/bfloat16 where the CPU's kernels lack them, in float32
+_sync_batch_norm.install()  # SyncBatchNorm's CUDA-only kernels
 _registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device

@@ -456,6 +456,39 @@ def _batches(steps, n):
     return [(torch.randn(n, 8, generator=g), torch.randn(n, 4, generator=g)) for _ in range(steps)]
 
 
+def _sync_batch_norm(rank, ws, dev):
+    """nn.SyncBatchNorm under DDP, each rank half the batch (of other sizes: 3 and 5
+    samples), == BatchNorm in one process over the whole batch: outputs, parameter
+    gradients and running statistics, over two steps."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1))
+
+    g = torch.Generator().manual_seed(2)
+    sizes = [3, 5, 4, 2][:ws]
+    xs = [torch.randn(sum(sizes), 3, 6, 6, generator=g) for _ in range(2)]
+    lo, hi = sum(sizes[:rank]), sum(sizes[:rank + 1])
+    model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(net()).to(dev), device_ids=[dev.index])
+    ref = net().to(dev)
+    for x in xs:
+        for p in list(model.parameters()) + list(ref.parameters()):
+            p.grad = None
+        out = model(x[lo:hi].to(dev))
+        # the loss of the whole batch is the sum over ranks; DDP averages gradients over ws
+        (out.square().sum() * ws).backward()
+        r = ref(x.to(dev))
+        r.square().sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), r[lo:hi].detach().cpu(), rtol=1e-4, atol=1e-5)
+        for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-4, atol=1e-4, msg=name)
+    sbn, bn = model.module[1], ref[1]
+    assert isinstance(sbn, nn.SyncBatchNorm) and sbn.weight.device == dev
+    torch.testing.assert_close(sbn.running_mean.cpu(), bn.running_mean.cpu(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(sbn.running_var.cpu(), bn.running_var.cpu(), rtol=1e-5, atol=1e-6)
+
+
 def ddp(rank, ws):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -495,6 +528,11 @@ def ddp(rank, ws):
         results["ddp_parity"] = "ok"
     except Exception:  # noqa: BLE001
         results["ddp_parity"] = traceback.format_exc()[-3000:]
+    try:
+        _sync_batch_norm(rank, ws, dev)
+        results["sync_batch_norm"] = "ok"
+    except Exception:  # noqa: BLE001
+        results["sync_batch_norm"] = traceback.format_exc()[-3000:]
     dist.destroy_process_group()
     return results
 

@@ -297,6 +297,12 @@ def test_ddp_matches_single_process():
     _check("collectives+init+ddp", 2, "ddp_parity")
 
 
+def test_sync_batch_norm():
+    """nn.SyncBatchNorm over mccl on 2 ranks (unequal halves) == BatchNorm on the whole batch,
+    forward, backward and running statistics (the musa kernels: torch_musa/ops/sync_batch_norm.py)."""
+    _check("collectives+init+ddp", 2, "sync_batch_norm")
+
+
 def test_functional_collectives():
     _check("fsdp2", 2, "functional_collectives")
 
