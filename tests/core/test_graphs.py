@@ -151,6 +151,29 @@ def test_graphs_share_a_pool_and_replay_in_capture_order():
         g1.replay()
 
 
+@pytest.mark.requires_host_driver("the host allocator's segment sizes (CUDA's private pool "
+                                   "reuses as well, with its own segments)")
+def test_memory_dropped_during_capture_is_reused_in_the_pool():
+    """As CUDA's private pools: intermediates freed during capture give their blocks back to
+    the graph's pool, later allocations of the capture reuse them, and replay stays right."""
+    mib = 1 << 20
+    x = torch.randn(mib, device="musa")  # 4 MiB
+    g = torch.musa.MUSAGraph()
+    with torch.musa.graph(g):
+        y = x
+        for _ in range(10):  # 20 intermediates of 4 MiB, at most 2 alive at once
+            y = (y * 1.01).relu()
+    reserved = sum(s["total_size"] for s in torch.musa.memory_snapshot(g.pool()))
+    assert reserved <= 24 * mib  # one 20 MiB segment (and a small one), not 80 MiB
+    for _ in range(2):
+        x.copy_(torch.randn(mib))
+        g.replay()
+        ref = x
+        for _ in range(10):
+            ref = (ref * 1.01).relu()
+        assert torch.equal(y, ref)
+
+
 def test_make_graphed_callables_forward_and_backward_match_eager():
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(6, 10), torch.nn.Tanh(), torch.nn.Linear(10, 3))

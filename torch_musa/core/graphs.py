@@ -161,9 +161,13 @@ class _Recorder(TorchDispatchMode):
         # imports dynamo (seconds); only _CompileSafeRecorder, used once dynamo is loaded, needs it.
         return False
 
-    def __init__(self, device: int, stream_id: int, pool: _Pool):
+    def __init__(self, device: int, stream_id: int, pool: _Pool, weak: bool):
         super().__init__()
         self.device, self.stream_id, self.pool = device, stream_id, pool
+        # weak: the allocator routes this capture to the pool, which keeps the memory while
+        # a graph uses it; the replay list then refers to it without owning it (as CUDA's
+        # graphs refer to addresses), so memory dropped during capture is reused in the pool.
+        self.weak = weak
         self.exec = _C._GraphExec()
         self.fresh: set[int] = set()  # storages allocated during this capture
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # storage -> (bytes, copy)
@@ -248,7 +252,10 @@ class _Recorder(TorchDispatchMode):
                 if key in in_keys:  # a view of an argument, or the argument written
                     continue
                 self.fresh.add(key)
-                self.pool.tensors.append(t)
+                if self.weak:
+                    self.exec.weaken(key, t.untyped_storage().nbytes(), t.device.index)
+                else:
+                    self.pool.tensors.append(t)
                 copy_to.append((i, j, t))
         name = func.overloadpacket.__name__
         writes = any(a.alias_info is not None and a.alias_info.is_write
@@ -323,7 +330,7 @@ class MUSAGraph:
         gens = [_C._default_generator(s.device_index)] + self._generators
         self._rng = [g.get_state() for g in gens]
         recorder = _CompileSafeRecorder if "torch._dynamo" in sys.modules else _Recorder
-        self._recorder = recorder(s.device_index, s.stream_id, self._pool)
+        self._recorder = recorder(s.device_index, s.stream_id, self._pool, weak=self._routed)
         self._recorder.__enter__()
 
     def _finish(self) -> _Recorder:

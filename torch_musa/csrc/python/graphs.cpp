@@ -19,6 +19,7 @@
 #include <torch/extension.h>
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace torch_musa {
@@ -65,7 +66,23 @@ class GraphExec {
         stack.push_back(torch::jit::toIValue(v, a.real_type()));
       }
     }
-    steps_.push_back({op, std::move(stack), copy_to});
+    for (c10::IValue& v : stack) v = weak(v);
+    std::vector<std::tuple<int, int, at::Tensor>> dsts;
+    for (const auto& [ret, item, t] : copy_to) dsts.emplace_back(ret, item, weak(t));
+    steps_.push_back({op, std::move(stack), std::move(dsts)});
+  }
+
+  // Memory allocated during capture (in the graph's pool) is referred to without
+  // ownership from here on, as a CUDA graph refers to addresses: a tensor the
+  // program drops during capture returns its block to the pool, where later
+  // allocations of the capture (or of captures sharing the pool) reuse it, and
+  // the pool keeps the memory while a graph uses it.
+  void weaken(uintptr_t ptr, size_t nbytes, int device) {
+    weak_[reinterpret_cast<void*>(ptr)] = c10::Storage(
+        c10::Storage::use_byte_size_t(), nbytes,
+        c10::DataPtr(reinterpret_cast<void*>(ptr),
+                     c10::Device(c10::DeviceType::PrivateUse1, c10::DeviceIndex(device))),
+        /*allocator=*/nullptr, /*resizable=*/false);
   }
 
   void replay() {
@@ -90,7 +107,35 @@ class GraphExec {
   void clear() { steps_.clear(); }
 
  private:
+  at::Tensor weak(const at::Tensor& t) const {
+    if (weak_.empty() || !t.defined() || !t.has_storage()) return t;
+    auto it = weak_.find(t.storage().data());
+    if (it == weak_.end() || it->second.nbytes() != t.storage().nbytes()) return t;
+    at::Tensor a = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(it->second), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+    a.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    a._set_conj(t.is_conj());
+    a._set_neg(t.is_neg());
+    return a;
+  }
+  c10::IValue weak(const c10::IValue& v) const {
+    if (v.isTensor()) return weak(v.toTensor());
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(weak(t));
+      return out;
+    }
+    if (v.isList()) {  // Tensor?[] (index)
+      auto in = v.toList();
+      c10::impl::GenericList out(in.elementType());
+      for (const c10::IValue& e : in) out.push_back(weak(e));
+      return out;
+    }
+    return v;
+  }
+
   std::vector<Step> steps_;
+  std::unordered_map<const void*, c10::Storage> weak_;  // data pointer -> non-owning storage
 };
 
 c10::Stream stream_of(int device, int64_t id) {
@@ -105,6 +150,7 @@ void init_graphs(py::module_& m) {
       .def(py::init<>())
       .def("add", &GraphExec::add)
       .def("replay", &GraphExec::replay)
+      .def("weaken", &GraphExec::weaken)
       .def("clear", &GraphExec::clear)
       .def("__len__", &GraphExec::size);
   m.def("_capture_begin", [](int device, int64_t stream, int mode) {
