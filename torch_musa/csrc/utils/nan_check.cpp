@@ -5,13 +5,13 @@
 #include "core/Device.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/view_as_real.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/intrusive_ptr.h>
 
-#include <torch/extension.h>
-
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -155,9 +155,8 @@ struct Counts {
 
 std::mutex g_mu;
 std::atomic<int64_t> g_seen{0};  // ops that reached the hook, watched or not
-// The Python NanInfTracker (touched under the GIL; never destroyed, so that no
-// reference is dropped without the GIL at exit).
-py::object& g_tracker = *new py::object();
+// The tracker the binding layer installed (the Python NanInfTracker behind it).
+std::atomic<NanCheckTracker*> g_tracker{nullptr};
 std::unordered_map<std::string, OpEntry> g_ops;
 std::unordered_map<const c10::StorageImpl*, BadStorage> g_bad;
 Counts g_counts;
@@ -168,11 +167,11 @@ struct First {
   int kind = -1;
 } g_first;
 
-thread_local bool t_in_python = false;  // ops run by the tracker's own Python are not checked
+thread_local bool t_in_tracker = false;  // ops run by the tracker's own code are not checked
 
-struct InPython {
-  InPython() { t_in_python = true; }
-  ~InPython() { t_in_python = false; }
+struct InTracker {
+  InTracker() { t_in_tracker = true; }
+  ~InTracker() { t_in_tracker = false; }
 };
 
 std::string python_name(const char* op) {
@@ -224,16 +223,15 @@ void prune_bad() {
 }
 
 void call_read() {
-  py::gil_scoped_acquire gil;
-  InPython guard;
-  if (g_tracker) g_tracker.attr("_native_read")();
+  InTracker guard;
+  if (NanCheckTracker* t = g_tracker.load()) t->read();
 }
 
 }  // namespace
 
 void nan_check_op(const char* op, const std::vector<c10::IValue>& args,
                   const std::vector<c10::IValue>& results) {
-  if (!nan_check_armed() || t_in_python) return;
+  if (!nan_check_armed() || t_in_tracker) return;
   g_seen.fetch_add(1, std::memory_order_relaxed);
   // 1. is the op watched (the tracker's white and target lists, decided once per op)
   std::vector<bool> written;
@@ -244,9 +242,8 @@ void nan_check_op(const char* op, const std::vector<c10::IValue>& args,
       lk.unlock();
       bool skip = true;
       {
-        py::gil_scoped_acquire gil;
-        InPython guard;
-        if (g_tracker) skip = g_tracker.attr("_native_skip")(python_name(op)).cast<bool>();
+        InTracker guard;
+        if (NanCheckTracker* t = g_tracker.load()) skip = t->skip(python_name(op));
       }
       lk.lock();
       it = g_ops.emplace(op, OpEntry{}).first;
@@ -362,105 +359,76 @@ void nan_check_op(const char* op, const std::vector<c10::IValue>& args,
       if (kind == kOrigin && in_any) wrote_input = false, n_inputs = -1;  // "carried Inf only"
     }
   }
-  // 4. Python: the module, phase and source line of a reported op (rare), periodic reads
+  // 4. the tracker (Python): the module, phase and source line of a reported op
+  // (rare), periodic reads
   if (report) {
-    py::gil_scoped_acquire gil;
-    InPython guard;
-    if (g_tracker) {
-      py::list bi;
-      for (auto& [pos, t] : bad_ins)
-        bi.append(py::make_tuple(pos, py::reinterpret_steal<py::object>(THPVariable_Wrap(t))));
-      g_tracker.attr("_native_event")(python_name(op), kind, has_nan, bad_outs, n_inputs,
-                                      wrote_input, bi, seq);
-    }
+    InTracker guard;
+    if (NanCheckTracker* t = g_tracker.load())
+      t->event(NanCheckEvent{python_name(op), kind, has_nan, bad_outs, n_inputs, wrote_input,
+                             bad_ins, seq});
   }
   if (read) call_read();
 }
 
-void init_nan_check(py::module_& m) {
-  m.def("_nan_check_arm", [](py::object tracker, int64_t every, int64_t budget, int64_t step,
-                             bool reset) {
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lk(g_mu);
-      g_ops.clear();
-      if (reset) {
-        g_bad.clear();
-        g_counts = Counts{};
-        g_seq = 0;
-        g_first = First{};
-        g_seen = 0;
-      }
-      g_every = every > 0 ? every : 1;
-      g_since_read = 0;
-      g_budget = budget;
-      g_step = step;
-    }
-    g_tracker = std::move(tracker);
-    g_nan_check_armed = true;
-    update_op_hook();
-  });
-  m.def("_nan_check_disarm", []() {
-    g_nan_check_armed = false;
-    update_op_hook();
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lk(g_mu);
-      g_ops.clear();
-    }
-    g_tracker = py::object();
-  });
-  m.def("_nan_check_release", []() {  // forget a run: its bad storages, counts, first report
-    py::gil_scoped_release nogil;
+NanCheckCounts nan_check_take(int64_t budget, int64_t step) {
+  NanCheckCounts out;
+  std::lock_guard<std::mutex> lk(g_mu);
+  out.checked = g_counts.checked;
+  out.origin = g_counts.origin;
+  out.entered = g_counts.entered;
+  out.downstream = g_counts.downstream;
+  out.explicit_ = g_counts.explicit_;
+  g_counts = Counts{};
+  if (budget >= 0) g_budget = budget;
+  if (step >= 0) g_step = step;
+  out.bad_storages = int64_t(g_bad.size());
+  out.seen = g_seen.exchange(0);
+  return out;
+}
+
+std::optional<NanCheckFirst> nan_check_first() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_first.seq < 0) return std::nullopt;
+  return NanCheckFirst{g_first.op, g_first.seq, g_first.step, g_first.kind == kOrigin};
+}
+
+int nan_check_scan(const at::Tensor& t) { return scan(t); }
+
+void nan_check_arm(NanCheckTracker* tracker, int64_t every, int64_t budget, int64_t step,
+                   bool reset) {
+  {
     std::lock_guard<std::mutex> lk(g_mu);
-    g_bad.clear();
-    g_counts = Counts{};
-    g_seq = 0;
-    g_first = First{};
-    g_seen = 0;
-  });
-  m.def("_nan_check_armed", &nan_check_armed);
-  // Counts since the last take, then zeroed; the budget of downstream reports and
-  // the step for the next window.
-  m.def("_nan_check_take", [](int64_t budget, int64_t step) {
-    Counts c;
-    size_t bad;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lk(g_mu);
-      c = g_counts;
+    g_ops.clear();
+    if (reset) {
+      g_bad.clear();
       g_counts = Counts{};
-      if (budget >= 0) g_budget = budget;
-      if (step >= 0) g_step = step;
-      bad = g_bad.size();
+      g_seq = 0;
+      g_first = First{};
+      g_seen = 0;
     }
-    py::dict d;
-    d["checked"] = c.checked;
-    d["origin"] = c.origin;
-    d["entered"] = c.entered;
-    d["downstream"] = c.downstream;
-    d["explicit"] = c.explicit_;
-    d["bad_storages"] = bad;
-    d["seen"] = g_seen.exchange(0);
-    return d;
-  });
-  m.def("_nan_check_first", []() -> py::object {
-    First f;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lk(g_mu);
-      f = g_first;
-    }
-    if (f.seq < 0) return py::none();
-    py::dict d;
-    d["op"] = f.op;
-    d["seq"] = f.seq;
-    d["step"] = f.step;
-    d["kind"] = f.kind == kOrigin ? "origin" : "entered";
-    return std::move(d);
-  });
-  // The scan alone, for tests and benchmarks: 0 finite, 1 Inf, 2 NaN.
-  m.def("_nan_check_scan", [](const at::Tensor& t) { return scan(t); });
+    g_every = every > 0 ? every : 1;
+    g_since_read = 0;
+    g_budget = budget;
+    g_step = step;
+  }
+  g_tracker.store(tracker);
+  g_nan_check_armed = true;
+}
+
+void nan_check_disarm() {
+  g_nan_check_armed = false;
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_ops.clear();
+  g_tracker.store(nullptr);
+}
+
+void nan_check_release() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_bad.clear();
+  g_counts = Counts{};
+  g_seq = 0;
+  g_first = First{};
+  g_seen = 0;
 }
 
 }  // namespace torch_musa

@@ -1,0 +1,47 @@
+// Registers the musa device when libtorch_musa is loaded, so that a C++ program
+// linked against it (no Python) has the device: the "musa" name for
+// PrivateUse1, the guard, the hooks and the allocator (MUSAHooks.cpp). The op
+// kernels and the fallback register themselves (TORCH_LIBRARY_IMPL).
+//
+// The driver follows TORCH_MUSA_DRIVER ("host" when unset); everything else
+// keeps RuntimeConfig's defaults until `import torch_musa` hands over the
+// configuration read from the environment (torch_musa/_runtime.py), which it
+// may do until the runtime is first used.
+//
+// setup.py links this file last: its initializer then runs after every other
+// one of the library (GNU ld keeps unprioritised initializers in link order).
+#include "core/Device.h"
+
+#include <c10/core/DeviceType.h>
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace torch_musa {
+
+void register_device();  // MUSAHooks.cpp
+
+namespace {
+
+bool register_at_load() {
+  try {
+    const char* name = std::getenv("TORCH_MUSA_DRIVER");
+    const std::string driver_name = name && *name ? name : "host";
+    if (driver_name != "host") use_driver(driver_name);
+    register_device();
+    c10::register_privateuse1_backend("musa");
+    return true;
+  } catch (const std::exception& e) {
+    // An initializer must not throw (the process would abort before main).
+    std::fprintf(stderr, "torch_musa: the musa device is not registered: %s\n", e.what());
+    return false;
+  }
+}
+
+[[maybe_unused]] const bool g_registered = register_at_load();
+
+}  // namespace
+
+}  // namespace torch_musa
