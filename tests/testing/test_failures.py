@@ -211,3 +211,34 @@ def test_inplace_variant_disagreeing_with_functional_fails(monkeypatch):
     t = OpTest(func=scale, input_args={"input": torch.ones(2, 3), "factor": 2.0})
     msg = _fails(t, "check_inplace")
     assert "Tensor.scale_" in msg and "musa=2.5 cpu=2" in msg, msg
+
+
+def test_inplace_with_list_arguments_compares_on_the_host():
+    """index_put_ takes a list of index tensors: compared element by element, with no
+    cross-device comparison (as upstream's compare_list)."""
+    idx = torch.tensor([0, 2])
+    check = InplaceOpChek("index_put_", torch.zeros(4, 3),
+                          {"indices": [idx], "values": torch.ones(3), "accumulate": True})
+    check.check_address()
+    check.check_res()
+
+
+def test_grad_fn_kind_mismatch_fails():
+    def other_formula(input):
+        return input * 2 if input.device.type == "musa" else input + input
+
+    msg = _fails(OpTest(func=other_formula, input_args={"input": torch.randn(4)}), "check_grad_fn")
+    assert "MulBackward0" in msg and "AddBackward0" in msg, msg
+
+
+def test_grad_fn_check_is_the_kind_only_as_upstream():
+    """The same formula with other values passes check_grad_fn (values are check_result's)."""
+    def scaled(input):
+        return input * (2.0 if input.device.type == "musa" else 3.0)
+
+    OpTest(func=scaled, input_args={"input": torch.randn(4)}).check_grad_fn()
+    OpTest(func=torch.exp, input_args={"input": torch.randn(4)}).check_grad_fn(fp16=True)
+
+
+def test_out_ops_skip_several_outputs_as_upstream():
+    OpTest(func=torch.sort, input_args={"input": torch.randn(5)}).check_out_ops()

@@ -61,6 +61,8 @@ REAL_SUBPACKAGE_NAMES = {
         "skip_if_musa_unavailable", "skip_if_not_multiple_musa_device", "MULTIGPU_AVAILABLE",
         "test_on_nonzero_card_if_multiple_musa_device", "gen_ip_port", "get_musa_arch",
         "get_cycles_per_ms", "freeze_rng_state", "cpu_and_musa", "needs_musa", "assert_equal"),
+    "torch_musa.testing.common_fsdp": ("skip_if_lt_x_gpu", "FSDPTest", "run_subtests",
+                                       "check_sharded_parity"),
 }
 
 

@@ -10,6 +10,7 @@ import random
 from typing import Any, Iterable
 
 import torch
+from torch.utils._pytree import tree_map
 
 from .comparators import Comparator, DefaultComparator, _dtype_name
 from .dtypes import (LOW_PRECISION, UnsupportedDtypeError, double_cast_active, dtype_supported,
@@ -539,9 +540,11 @@ class OpTest:
         return args, leaves
 
     def check_out_ops(self, bf16=False, fp16=False):
-        """The ``out=`` variant writes the same values as the functional call into the
-        given tensor, in place; an empty ``out=`` tensor is resized. Skipped for
-        in-place functions and modules."""
+        """As the real torch_musa's: for a function returning one tensor, the ``out=``
+        variant writes the functional call's values into a preallocated ``out`` tensor
+        of the right size without moving it, and returns it. Skipped, as upstream, for
+        modules (no ``__name__``), in-place functions (name ending in ``_``) and
+        functions that return several tensors."""
         func = self._func
         if inspect.isclass(func) or isinstance(func, torch.nn.Module) or \
                 _func_basename(func) is None or _is_inplace_func(func):
@@ -553,35 +556,25 @@ class OpTest:
             args, _ = self._musa_args(dtype)
             args.pop("out", None)
             normal = func(**args)
-            normals = _tensors(normal)
-            if not normals:
+            if not isinstance(normal, torch.Tensor):
                 return
-            single = isinstance(normal, torch.Tensor)
-            for fresh in (True, False):
-                args, _ = self._musa_args(dtype)
-                args.pop("out", None)
-                if fresh:
-                    outs = [torch.empty_like(t) for t in normals]
-                else:
-                    outs = [torch.empty(0, dtype=t.dtype, device=t.device) for t in normals]
-                ptrs = [o.data_ptr() for o in outs]
-                try:
-                    ret = func(**args, out=outs[0] if single else tuple(outs))
-                except TypeError as err:
-                    raise AssertionError(f"op {op} does not take out=: {err}") from err
-                rets = _tensors(ret)
-                for i, (o, n) in enumerate(zip(outs, normals)):
-                    what = "preallocated" if fresh else "empty (to be resized)"
-                    if fresh and o.data_ptr() != ptrs[i]:
-                        raise AssertionError(f"op {op}: the {what} out= tensor {i} was "
-                                             f"reallocated although it had the right size")
-                    if i < len(rets) and rets[i].data_ptr() != o.data_ptr():
-                        raise AssertionError(f"op {op}: returned tensor {i} is not the out= "
-                                             f"tensor")
-                    for comp in self._comparators:
-                        comp.check(o, n, op=op, dtype=dtype or n.dtype,
-                                   name=f"{what} out= tensor {i} vs the functional result",
-                                   result_label="out=", golden_label="functional")
+            args, _ = self._musa_args(dtype)
+            args.pop("out", None)
+            out = torch.empty_like(normal)
+            ptr = out.data_ptr()
+            try:
+                ret = func(**args, out=out)
+            except TypeError as err:
+                raise AssertionError(f"op {op} does not take out=: {err}") from err
+            if out.data_ptr() != ptr:
+                raise AssertionError(f"op {op}: the preallocated out= tensor was reallocated "
+                                     f"although it had the right size")
+            if not isinstance(ret, torch.Tensor) or ret.data_ptr() != ptr:
+                raise AssertionError(f"op {op}: the returned tensor is not the out= tensor")
+            for comp in self._comparators:
+                comp.check(out, normal, op=op, dtype=dtype or normal.dtype,
+                           name="out= tensor 0 vs the functional result",
+                           result_label="out=", golden_label="functional")
 
     def check_inplace(self, func_name: str | None = None, self_key: str | None = None,
                       cpu_to_fp32: bool = False):
@@ -614,9 +607,10 @@ class OpTest:
                            result_label="in-place", golden_label="functional")
 
     def check_grad_fn(self, bf16=False, fp16=False):
-        """The musa output has the same kind of ``grad_fn`` as the CPU one, and the
-        gradients of floating-point inputs match the CPU's. Float16/bfloat16 are
-        compared with a float32 CPU reference at the half-precision tolerance."""
+        """As the real torch_musa's: each musa output has the same kind of ``grad_fn`` as
+        the CPU's (the same autograd formula was recorded). Float16/bfloat16 are run in
+        float32 on the CPU, as upstream does: values are check_result(train=True)'s
+        business. Skipped for in-place functions and ``out=`` calls."""
         func = self._func
         if _is_inplace_func(func) or "out" in self._input_args_for_out_check \
                 or inspect.isclass(func):
@@ -630,9 +624,9 @@ class OpTest:
             c_func = self._build_func(func, "cpu", torch.float32 if low else dtype, low, {}, [])
         else:
             m_func = c_func = func
-        m_args, m_leaves = self._musa_args(dtype, requires_grad=True)
-        c_args, c_leaves = self._musa_args(torch.float32 if low else dtype, requires_grad=True,
-                                           device="cpu", round_to=low)
+        m_args, _ = self._musa_args(dtype, requires_grad=True)
+        c_args, _ = self._musa_args(torch.float32 if low else dtype, requires_grad=True,
+                                    device="cpu", round_to=low)
         try:
             m_out = m_func(**m_args)
         except RuntimeError as err:
@@ -641,26 +635,12 @@ class OpTest:
             raise
         c_out = c_func(**c_args)
         m_flat, c_flat = _tensors(m_out), _tensors(c_out)
+        if len(m_flat) != len(c_flat):
+            raise AssertionError(f"op {op}: {len(m_flat)} tensor outputs on musa, {len(c_flat)} on CPU")
         for i, (m, c) in enumerate(zip(m_flat, c_flat)):
-            mg, cg = type(m.grad_fn).__name__, type(c.grad_fn).__name__
-            if (m.grad_fn is None) != (c.grad_fn is None) or mg != cg:
+            if type(m.grad_fn) is not type(c.grad_fn):
                 raise AssertionError(f"op {op}: grad_fn of musa output {i} is "
                                      f"{m.grad_fn} but on CPU {c.grad_fn}")
-        for flat in (m_flat, c_flat):
-            diff = [t for t in flat if t.requires_grad]
-            if diff:
-                sum(t.float().sum() for t in diff).backward()
-        pairs = [(f"grad of {name}", m, c) for (name, m), (_, c) in zip(m_leaves, c_leaves)]
-        if isinstance(func, torch.nn.Module):
-            pairs += [(f"grad of parameter {name!r}", m, c) for (name, m), (_, c) in
-                      zip(m_func.named_parameters(), c_func.named_parameters())]
-        widen, ref_dtype = low, torch.float32
-        if low is None and self._double_cast(None, dtype):
-            widen, ref_dtype = torch.float64, torch.float64
-        for name, m, c in pairs:
-            self._compare_one(_grad_or_zeros(m), _grad_or_zeros(c), op=op,
-                              dtype=dtype or m.dtype, name=name, widen_for=widen,
-                              ref_dtype=ref_dtype)
 
 
 def _grad_or_zeros(t: torch.Tensor) -> torch.Tensor:
@@ -712,8 +692,8 @@ class InplaceOpChek:
         if to_fp32:
             if s.dtype in LOW_PRECISION:
                 s = s.float()
-            args = {k: (v.float() if isinstance(v, torch.Tensor) and v.dtype in LOW_PRECISION
-                        else v) for k, v in args.items()}
+            args = tree_map(lambda v: v.float() if isinstance(v, torch.Tensor) and
+                            v.dtype in LOW_PRECISION else v, args)
         return s, args
 
     def args_to_device(self, args, device):
@@ -760,9 +740,36 @@ class InplaceOpChek:
                 helper._compare_one(m, c, op=name, dtype=m.dtype,
                                     name=f"argument {k!r} after the call", widen_for=w,
                                     ref_dtype=torch.float32)
-            elif m != c:
-                raise AssertionError(f"op {name}: argument {k!r} differs: {m!r} vs {c!r}")
+            else:
+                _compare_nested(helper, m, c, op=name, what=f"argument {k!r}",
+                                low=cpu_to_fp32)
         return m_s
+
+
+def _compare_nested(helper, m, c, *, op, what, low):
+    """Lists, tuples and dicts of in-place arguments after the call, element by element
+    (tensors through the comparators on the host, others by ==), as upstream's
+    compare_list/compare_dict: musa and CPU tensors are never compared directly."""
+    if isinstance(m, torch.Tensor):
+        if not isinstance(c, torch.Tensor):
+            raise AssertionError(f"op {op}: {what} is a tensor on musa, {type(c).__name__} on CPU")
+        w = m.dtype if (low and m.dtype in LOW_PRECISION) else None
+        helper._compare_one(m, c, op=op, dtype=m.dtype, name=f"{what} after the call",
+                            widen_for=w, ref_dtype=torch.float32)
+    elif isinstance(m, (list, tuple)):
+        if not isinstance(c, (list, tuple)) or len(m) != len(c):
+            raise AssertionError(f"op {op}: {what} has {len(m)} elements on musa, "
+                                 f"{len(c) if isinstance(c, (list, tuple)) else c!r} on CPU")
+        for i, (a, b) in enumerate(zip(m, c)):
+            _compare_nested(helper, a, b, op=op, what=f"{what}[{i}]", low=low)
+    elif isinstance(m, dict):
+        if not isinstance(c, dict) or set(m) != set(c):
+            raise AssertionError(f"op {op}: {what} has keys {sorted(m)} on musa, "
+                                 f"{sorted(c) if isinstance(c, dict) else c!r} on CPU")
+        for k in m:
+            _compare_nested(helper, m[k], c[k], op=op, what=f"{what}[{k!r}]", low=low)
+    elif m != c:
+        raise AssertionError(f"op {op}: {what} differs: {m!r} vs {c!r}")
 
 
 #: The correctly spelled name.
