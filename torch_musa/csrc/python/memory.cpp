@@ -2,9 +2,11 @@
 // torch.cuda.memory._snapshot()'s format, memory pools, a user's allocator,
 // raw allocations, and synchronize() calls that a Ctrl-C interrupts.
 #include "core/MUSACachingAllocator.h"
+#include "aten/kernel_call.h"
 #include "core/Device.h"
 #include "core/MUSAStream.h"
 
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Export.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
@@ -254,6 +256,7 @@ void synchronize_device(int device) {
 }
 
 void synchronize_stream(int device, int64_t id) {
+  sync_point("Stream.synchronize");  // torch.musa.set_sync_debug_mode, as the guard's
   const c10::Stream s = musa_stream(device, id);
   if (driver().stream_query(s)) return;
   interruptible([s] { driver().stream_synchronize(s); });
@@ -341,7 +344,8 @@ void init_memory(py::module_& m) {
   m.def("_raw_delete", &raw_delete);
 
   m.def("_synchronize_device", &synchronize_device);
-  m.def("_synchronize_stream", &synchronize_stream);
+  // Its sync-debug warning (a C++ TORCH_WARN) reaches Python's warnings.
+  m.def("_synchronize_stream", &synchronize_stream, py::call_guard<torch::PyWarningHandler>());
   m.def("_synchronize_event", &synchronize_event);
 }
 
