@@ -211,6 +211,7 @@ def _patch_torch_cuda():
     _set(torch.cuda, "is_available", lambda: torch.musa.is_available())
     _set(torch.cuda, "_lazy_init", lambda: torch.musa._lazy_init())
     _set(torch.cuda, "is_initialized", lambda: torch.musa.is_initialized())
+    _set(torch.cuda, "CUDAGraph", torch.musa.MUSAGraph)
 
 
 # What torch.version.cuda reads under the layer when torch itself has no CUDA.

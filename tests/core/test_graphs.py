@@ -384,3 +384,25 @@ def test_replay_matches_eager_for_common_ops(name):
             i.copy_(torch.randint(0, 6, (6,)))
             g.replay()
             torch.testing.assert_close(out, OPS[name](x, i, mods))
+
+
+def test_cuda_names_capture_on_musa_under_cuda_compat(subpython):
+    """TORCH_MUSA_CUDA_COMPAT=1: CUDA code's torch.cuda.CUDAGraph / graph / make_graphed_callables
+    capture and replay musa work."""
+    r = subpython("""
+        import torch, torch_musa
+        g = torch.cuda.CUDAGraph()
+        x = torch.ones(3, device="cuda")
+        with torch.cuda.graph(g):
+            assert torch.cuda.is_current_stream_capturing()
+            y = x * 2
+        x.fill_(5)
+        g.replay()
+        assert y.device.type == "musa" and y.tolist() == [10.0] * 3, y
+        f = torch.cuda.make_graphed_callables(lambda a: a * a, (torch.ones(3, device="cuda", requires_grad=True),))
+        a = torch.full((3,), 3.0, device="cuda", requires_grad=True)
+        f(a).sum().backward()
+        assert a.grad.tolist() == [6.0] * 3, a.grad
+        print("ok")
+    """, env={"TORCH_MUSA_CUDA_COMPAT": "1"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
