@@ -73,7 +73,8 @@ def graph_pool_handle() -> tuple[int, int]:
 
 
 class _Pool:
-    """The memory allocated by captures into one pool: alive while a graph uses it."""
+    """A graph memory pool id shared by graphs; where the allocator has no pools (a pluggable
+    allocator), it also owns the tensors the captures allocated, alive while a graph uses it."""
 
     def __init__(self, pool_id: tuple[int, int]):
         self.id = pool_id
@@ -296,7 +297,7 @@ class MUSAGraph:
         self._pool: _Pool | None = None
         self._pool_id: tuple[int, int] | None = None
         self._stream: tuple[int, int] | None = None
-        self._rng: torch.Tensor | None = None
+        self._rng: list[torch.Tensor] = []
         self._generators: list[torch.Generator] = []
         self._debug = False
         self._ops: list[str] = []
@@ -321,11 +322,11 @@ class MUSAGraph:
         self._pool_id = tuple(pool) if pool is not None else tuple(_C._mempool_new_id(False))
         self._pool = _pool(self._pool_id)
         # The caching allocator serves the capturing stream from the pool (CUDA's private
-        # pool); the recorded tensors keep that memory alive as long as a graph uses it.
+        # pool), which keeps that memory while a graph uses it.
         try:
             _C._musa_beginAllocateToPool(s.device_index, self._pool_id, s.stream_id)
             self._routed = True
-        except RuntimeError:  # a pluggable allocator without pools: the references suffice
+        except RuntimeError:  # a pluggable allocator without pools: the graph owns the tensors
             self._routed = False
         gens = [_C._default_generator(s.device_index)] + self._generators
         self._rng = [g.get_state() for g in gens]
