@@ -92,7 +92,7 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
     """The input gradient from the ranks' reduced sums (``count``: each rank's elements)."""
     _check("batch_norm_backward_elemt", input)
     dy, x = _acc(grad_out), _acc(input)
-    n = count.to(torch.float64).sum().to(sum_dy.dtype)
+    n = count.sum().to(sum_dy.dtype)  # counts are integers (or whole floats)
     mean_dy, mean_dy_xmu = sum_dy / n, sum_dy_xmu / n
     k = _per_channel(invstd, x)
     g = dy - _per_channel(mean_dy, x) - (x - _per_channel(mean, x)) * k * k * _per_channel(mean_dy_xmu, x)
