@@ -107,7 +107,7 @@ def test_half_precision_fallback_accepts_rounding_and_rejects_a_wrong_value():
 
 
 def test_summary_separates_the_profile_limit():
-    limited = "forward[train]: RuntimeError: aten::mm: dtype Double " + PROFILE_LIMIT + " MTT S4000."
+    limited = "forward[train]: RuntimeError: aten::mm: dtype Double " + PROFILE_LIMIT + " MTT S80."
     rs = [Result("nn.Linear", "float32", "pass", "pass", "pass", "pass", 3),
           Result("nn.GRU", "float16", "pass", "pass", "pass", "pass", 3, by_float32=["backward"]),
           Result("nn.LSTM", "float16", "pass", "fail", "pass", "pass", 3, "backward: mismatch"),

@@ -49,7 +49,7 @@ def test_sampled_sweep_passes_or_fails_as_expected(results):
 
 def test_summary_separates_the_profile_limit_and_draws_it(tmp_path):
     R = opinfo_sweep.Result
-    limited = "aten::float_power: dtype Double (argument 'self') " + opinfo_sweep.PROFILE_LIMIT + " MTT S4000."
+    limited = "aten::float_power: dtype Double (argument 'self') " + opinfo_sweep.PROFILE_LIMIT + " MTT S80."
     results = [R("add", "float32", "pass", "pass"), R("add", "int64", "pass", "n/a"),
                R("float_power", "float32", "fail", "skip", limited), R("sum", "bool", "pass", "fail", "grad"),
                R("cumsum", "float16", "fail", "skip", "mismatch"), R("odd", "bool", "skip", "skip")]
