@@ -149,25 +149,30 @@ def test_max_split_size_keeps_big_blocks_whole(subpython):
     assert r.stdout.split() == ["32", "0", "1", "64", "True", "80", "True", "1", "116", "True"]
 
 
-def test_roundup_power2_divisions(subpython):
-    code = """
-        import torch, torch_musa
-        MiB = 1 << 20
-        x = torch.empty(5 * MiB + 1, dtype=torch.uint8, device="musa")
-        y = torch.empty(300 * MiB + 1, dtype=torch.uint8, device="musa")
-        print(torch.musa.memory_stats()["allocated_bytes.all.current"])
-    """
-    MiB = 1 << 20
-    plain = subpython(code)
-    four = subpython(code, {"PYTORCH_MUSA_ALLOC_CONF": "roundup_power2_divisions:4"})
-    # Per interval: 5 MiB in [4, 8) MiB -> steps of 2 MiB with 2 divisions; 300 MiB in
-    # [256, 512) -> steps of 32 MiB with 8.
-    listed = subpython(code, {"PYTORCH_MUSA_ALLOC_CONF": "roundup_power2_divisions:[4:2,256:8]"})
-    for r in (plain, four, listed):
-        assert r.returncode == 0, r.stderr
-    assert int(plain.stdout) == (5 * MiB + 512) + (300 * MiB + 512)
-    assert int(four.stdout) == 6 * MiB + 320 * MiB
-    assert int(listed.stdout) == 6 * MiB + 320 * MiB
+@pytest.fixture
+def alloc_conf():
+    """Applies allocator options in this process (torch.musa._set_allocator_settings), then
+    restores the ones the process started with."""
+    from torch_musa.config import CONFIG
+
+    yield torch.musa._set_allocator_settings
+    torch.musa.empty_cache()
+    torch.musa._set_allocator_settings(CONFIG.allocator.text)
+
+
+@pytest.mark.parametrize("conf", ["", "roundup_power2_divisions:4", "roundup_power2_divisions:[4:2,256:8]"])
+def test_roundup_power2_divisions(alloc_conf, conf):
+    alloc_conf(conf)
+    base = torch.musa.memory_allocated()
+    x, y = nbytes(5 * MiB + 1), nbytes(300 * MiB + 1)
+    grown = torch.musa.memory_allocated() - base
+    if not conf:
+        assert grown == (5 * MiB + 512) + (300 * MiB + 512)
+    else:
+        # 5 MiB lies in [4, 8) MiB: 4 divisions (or 2) make steps of 1 (2) MiB -> 6 MiB;
+        # 300 MiB in [256, 512): 4 divisions make 64 MiB steps -> 320, 8 make 32 -> 320.
+        assert grown == 6 * MiB + 320 * MiB
+    del x, y
 
 
 def test_garbage_collection_threshold_frees_cached_blocks_first(subpython):
@@ -207,11 +212,14 @@ def test_alloc_conf_error_stops_the_import(subpython):
     assert r.returncode != 0 and "expandable_segments:True is not available" in r.stderr
 
 
-def test_expandable_segments_false_is_accepted(subpython):
-    r = subpython("import torch, torch_musa; print(torch.ones(2, device='musa').sum().item())",
-                  {"PYTORCH_MUSA_ALLOC_CONF": "expandable_segments:False,max_split_size_mb:64"})
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "2.0"
+def test_expandable_segments_false_is_accepted(alloc_conf):
+    from torch_musa.config.runtime import load
+
+    conf = "expandable_segments:False,max_split_size_mb:64"
+    assert load({"PYTORCH_MUSA_ALLOC_CONF": conf}).allocator.max_split_size_bytes == 64 * MiB
+    alloc_conf(conf)
+    assert torch.musa.memory_stats()["max_split_size"] == 64 * MiB
+    assert torch.ones(2, device="musa").sum().item() == 2.0
 
 
 def test_stats_resets_cover_every_statistic():
