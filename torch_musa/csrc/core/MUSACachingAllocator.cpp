@@ -21,6 +21,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/profiler/combined_traceback.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
@@ -182,6 +183,14 @@ void update(StatArray& arr, bool small, int64_t amount) {
   }
 }
 
+// DeviceStats counts reserved bytes per private pool from torch 2.13 on; older
+// builds (the GPU machine's 2.11) have no such field.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+#define MUSA_PER_POOL_RESERVED_STATS 1
+#else
+#define MUSA_PER_POOL_RESERVED_STATS 0
+#endif
+
 // Every per-pool statistic of a device, for the resets.
 template <typename Fn>
 void for_each_stat(DeviceStats& s, Fn fn) {
@@ -189,8 +198,10 @@ void for_each_stat(DeviceStats& s, Fn fn) {
                        &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
                        &s.inactive_split_bytes, &s.requested_bytes})
     for (Stat& st : *a) fn(st);
+#if MUSA_PER_POOL_RESERVED_STATS
   for (auto& [id, arr] : s.reserved_bytes_by_private_pools)
     for (Stat& st : arr) fn(st);
+#endif
   fn(s.oversize_allocations);
   fn(s.oversize_segments);
 }
@@ -316,7 +327,9 @@ void release_segment(Block* b) {
   pd.stats.num_device_free++;
   if (PrivatePool* owner = b->pool->owner) {
     owner->segments--;
+#if MUSA_PER_POOL_RESERVED_STATS
     update(pd.stats.reserved_bytes_by_private_pools[owner->id], small, -int64_t(b->size));
+#endif
   }
   record_trace(TraceEntry::SEGMENT_FREE, b->device, reinterpret_cast<uintptr_t>(b->ptr),
                b->size, b->stream, pool_id(b->pool), nullptr);
@@ -409,7 +422,9 @@ Block* new_segment(c10::DeviceIndex d, BlockPool& pool, size_t size, int64_t str
   pd.stats.num_device_alloc++;
   if (pool.owner) {
     pool.owner->segments++;
+#if MUSA_PER_POOL_RESERVED_STATS
     update(pd.stats.reserved_bytes_by_private_pools[pool.owner->id], pool.is_small, int64_t(size));
+#endif
   }
   record_trace(TraceEntry::SEGMENT_ALLOC, d, reinterpret_cast<uintptr_t>(p), size, stream,
                pool_id(&pool), ctx);

@@ -44,7 +44,11 @@ const char* action_name(TraceEntry::Action a) {
 }
 
 c10::MempoolId_t to_id(const py::tuple& t) {
-  TORCH_CHECK(t.size() == 2, "a memory pool id is a tuple of two ints, got ", py::str(t).cast<std::string>());
+  if (t.size() != 2) {
+    // (py::str(t) is ambiguous with some pybind11 versions: the GPU machine's)
+    const std::string got = py::repr(t).cast<std::string>();
+    TORCH_CHECK(false, "a memory pool id is a tuple of two ints, got ", got);
+  }
   return {t[0].cast<c10::CaptureId_t>(), t[1].cast<c10::CaptureId_t>()};
 }
 
