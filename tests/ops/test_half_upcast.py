@@ -109,3 +109,27 @@ def test_every_opinfo_pair_cuda_has_and_the_cpu_lacks_runs_or_is_listed():
                 ran.append(name)
     assert {"nn.functional.avg_pool3d", "nn.functional.multi_margin_loss"} <= set(ran)
     assert "nn.functional.rrelu" in listed and any(n.startswith("fft.") for n in listed)
+
+
+@pytest.mark.requires_host_driver("the simulated profiles are the host driver's")
+def test_the_profile_holds_for_these_ops(subpython):
+    """On the S80: bfloat16 and float64 are refused as by every other op; float64 computes
+    in float32 under Dynamic Double Casting."""
+    r = subpython("""
+        import torch, torch_musa
+        import torch.nn.functional as F
+        from torch_musa.ops import registry
+        x = torch.randn(1, 2, 4, 4, 4)
+        for dt in (torch.bfloat16, torch.float64):
+            try:
+                F.avg_pool3d(x.to(dt).musa(), 2)
+                print("no error", dt)
+            except RuntimeError as e:
+                print("refused", dt, "MTT S80" in str(e))
+        registry.set_double_cast(True)
+        y = F.avg_pool3d(x.double().musa(), 2)
+        print(y.dtype, torch.equal(y.cpu(), F.avg_pool3d(x, 2).double()))
+    """, {"TORCH_MUSA_PROFILE": "s80"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["refused torch.bfloat16 True", "refused torch.float64 True",
+                                        "torch.float64 True"], r.stdout

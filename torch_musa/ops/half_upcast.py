@@ -62,11 +62,31 @@ NOT_COVERED = {
 HALF_UPCAST_COMPOSITE = ("ctc_loss.IntList", "ctc_loss.Tensor")
 
 _UP = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+_DOUBLE = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 _library: torch.library.Library | None = None
 
 
 def _musa(t) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == "musa"
+
+
+def _up_for(op, dtypes, device) -> dict:
+    """The dtypes to compute in a wider one for this call: float16/bfloat16 always; on a
+    profile without float64, float64/complex128 in float32/complex64 where Dynamic
+    Double Casting is on, else the profile's own error, as every other op gives."""
+    lacking = CONFIG.profile.unsupported_dtypes()
+    for dt in dtypes:
+        if dt not in lacking:
+            continue
+        if dt in _DOUBLE:
+            # The runtime decides (TORCH_USE_MUSA_DOUBLE_CAST / set_double_cast): this
+            # raises its error, naming the profile, unless double casting is on.
+            torch.zeros((), dtype=dt, device=device).neg()
+            return {**_UP, **_DOUBLE}
+        raise RuntimeError(f"{op}: dtype {dt} is not supported by the musa hardware profile "
+                           f"{CONFIG.profile.name}. Use float32, or a profile that has it "
+                           "(TORCH_MUSA_PROFILE).")
+    return _UP
 
 
 def _make_kernel(op):
@@ -80,28 +100,25 @@ def _make_kernel(op):
         flat, _ = tree_flatten((args, kwargs))
         devs = [t.device for t in flat if _musa(t)]
         device = devs[0]
-        low = next((t.dtype for t in flat if _musa(t) and t.dtype in _UP), None)
-        if low is not None and low in CONFIG.profile.unsupported_dtypes():
-            raise RuntimeError(f"{op}: dtype {low} is not supported by the musa hardware "
-                               f"profile {CONFIG.profile.name}. Use float32, or a profile "
-                               "that has it (TORCH_MUSA_PROFILE).")
         for d in devs:
             if d != device:
                 raise RuntimeError(f"Expected all tensors to be on the same device, but found "
                                    f"at least two devices, {device} and {d}! ({op})")
+        up = _up_for(op, [t.dtype for t in flat if _musa(t)], device)
+        low = next((t.dtype for t in flat if _musa(t) and t.dtype in up), None)
 
         def host(t):
             if not _musa(t):
                 return t
             h = _C._kernel_alias(t)
-            return h.to(_UP[t.dtype]) if t.dtype in _UP else h
+            return h.to(up[t.dtype]) if t.dtype in up else h
 
         out = op(*tree_map(host, args), **tree_map(host, kwargs))
 
         def back(r):
             if not isinstance(r, torch.Tensor):
                 return r
-            dtype = low if low is not None and r.dtype == _UP[low] else r.dtype
+            dtype = low if low is not None and r.dtype == up[low] else r.dtype
             res = torch.empty(r.shape, dtype=dtype, device=device)
             if res.numel():
                 _C._kernel_alias(res).copy_(r)
