@@ -161,6 +161,7 @@ def test_snapshot_mem_get_info_and_summary():
     assert total == 48 << 30 and free <= total - 2 * MiB
     text = torch.musa.memory_summary()
     assert "Allocated memory" in text and "device ID 0" in text
+    assert "Non-releasable memory" in text and "Oversize allocations" in text
 
 
 @pytest.mark.requires_host_driver(

@@ -122,9 +122,11 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
         ("Active memory", "active_bytes", True),
         ("Requested memory", "requested_bytes", True),
         ("Reserved memory", "reserved_bytes", True),
+        ("Non-releasable memory", "inactive_split_bytes", True),  # free pieces of split segments
         ("Allocations", "allocation", False),
         ("Active allocs", "active", False),
         ("Device reserved segments", "segment", False),
+        ("Non-releasable allocs", "inactive_split", False),
     ]
     line = "=" * 75
     out = [line, f" PyTorch MUSA memory summary, device ID {idx:<29d}",
@@ -139,6 +141,12 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
             out.append(f" {label:<27}| {fmt(s['current']):>10} | {fmt(s['peak']):>10} | "
                        f"{fmt(s['allocated']):>10} | {fmt(s['freed']):>10}")
         out.append("-" * 75)
+    for title, key in (("Oversize allocations", "oversize_allocations"),
+                       ("Oversize device segments", "oversize_segments")):
+        s = stats[key]
+        out.append(f" {title:<27}| {s['current']:>10d} | {s['peak']:>10d} | "
+                   f"{s['allocated']:>10d} | {s['freed']:>10d}")
+    out.append("-" * 75)
     out.append(f" Allocation retries: {stats['num_alloc_retries']}   OOMs: {stats['num_ooms']}   "
                f"Device allocs: {stats['num_device_alloc']}   Device frees: {stats['num_device_free']}")
     out.append(line)
