@@ -36,6 +36,7 @@ class RuntimeConfig:
     mccl_engine: str  # "auto", "gloo" or "nccl"
     mccl_check_collectives: str  # "first", "all" or "off"
     mccl_stage_gloo: bool
+    testing_rendezvous: str  # "host:port:pid" a parent's gen_ip_port chose; "" if none
 
     @property
     def device_count(self) -> int:
@@ -125,6 +126,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
         mccl_engine=value["MCCL_ENGINE"],
         mccl_check_collectives=value["MCCL_CHECK_COLLECTIVES"],
         mccl_stage_gloo=value["MCCL_STAGE_GLOO"],
+        testing_rendezvous=value["TORCH_MUSA_TESTING_RENDEZVOUS"],
     )
 
 

@@ -350,6 +350,8 @@ _DECLARED = (
              "first", "`first`", "Check that ranks' collectives match: each signature's first call, all, none"),
     Variable("MCCL_STAGE_GLOO", Flag(), False, "`0`",
              "Stage Gloo through host copies on the host driver too (as the cuda driver does)"),
+    Variable("TORCH_MUSA_TESTING_RENDEZVOUS", Text("host:port:pid"), "", "unset",
+             "Set by `torch_musa.testing.gen_ip_port` for the processes it spawns (not for users)"),
 )
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in _DECLARED}

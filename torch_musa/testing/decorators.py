@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from torch_musa.config import CONFIG
+
 from .ports import _bindable, free_port_block
 
 __all__ = [
@@ -58,9 +60,11 @@ def test_on_nonzero_card_if_multiple_musa_device(musa_device: int):
 test_on_nonzero_card_if_multiple_musa_device.__test__ = False
 
 
-#: Where gen_ip_port keeps its choice: "host:port:pid of the process that chose it".
-#: Spawned processes inherit the environment, so every rank reads the same pair.
+#: Where gen_ip_port hands its choice to the processes spawned after it ("host:port:pid
+#: of the process that chose it"): they inherit the environment and read it, through
+#: CONFIG, at import, so every rank gets the same pair.
 _PORT_ENV = "TORCH_MUSA_TESTING_RENDEZVOUS"
+_chosen = ""  # this process's own choice, in the same form
 
 
 def gen_ip_port() -> tuple[str, str]:
@@ -72,12 +76,13 @@ def gen_ip_port() -> tuple[str, str]:
     (a finished group released it); a port taken since is replaced by a fresh one,
     outside the range the OS hands out to other sockets (see ``ports``).
     """
-    saved = os.environ.get(_PORT_ENV, "")
+    global _chosen
+    saved = _chosen or CONFIG.testing_rendezvous
     parts = saved.split(":")
     if len(parts) == 3 and parts[1].isdigit():
         host, port, owner = parts
         if owner != str(os.getpid()) or _bindable(int(port)):
             return host, port
     host, port = "127.0.0.1", str(free_port_block())
-    os.environ[_PORT_ENV] = f"{host}:{port}:{os.getpid()}"
+    _chosen = os.environ[_PORT_ENV] = f"{host}:{port}:{os.getpid()}"
     return host, port
