@@ -52,3 +52,14 @@ def test_loading_the_library_registers_the_device(subpython):
     expected = torch.nn.functional.softmax(torch.arange(6.0).reshape(2, 3) * 2, dim=1)
     got = torch.tensor(eval(r.stdout.strip().splitlines()[-1]))
     torch.testing.assert_close(got, expected)
+
+
+def test_cmake_package_is_shipped():
+    assert torch.musa.cmake_prefix_path == torch_musa.core.cmake_prefix_path
+    config_dir = os.path.join(torch.musa.cmake_prefix_path, "TorchMusa")
+    with open(os.path.join(config_dir, "TorchMusaConfigVersion.cmake")) as f:
+        assert f'set(PACKAGE_VERSION "{torch_musa.__version__}")' in f.read()
+    with open(os.path.join(config_dir, "TorchMusaConfig.cmake")) as f:
+        config = f.read()
+    assert "add_library(torch_musa SHARED IMPORTED)" in config
+    assert os.path.isfile(os.path.join(PACKAGE, "csrc", "core", "Device.h"))

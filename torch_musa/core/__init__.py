@@ -1,4 +1,6 @@
 """``torch.musa``: the device module, a mirror of ``torch.cuda``."""
+from pathlib import Path as _Path
+
 import torch as _torch
 
 from torch_musa import _C
@@ -93,6 +95,9 @@ from torch_musa.core import monitoring, mudnn, runtime_api, sync_debug, version
 from torch_musa.core.mudnn import flags, set_flags
 
 version.install()  # torch.version.musa
+# find_package(TorchMusa)'s prefix for CMAKE_PREFIX_PATH, as torch.utils.cmake_prefix_path
+# (share/cmake/TorchMusa: the torch_musa target, the runtime library and headers).
+cmake_prefix_path = str(_Path(__file__).resolve().parent.parent / "share" / "cmake")
 from torch_musa.core.monitoring import (
     clock_rate,
     device_memory_used,

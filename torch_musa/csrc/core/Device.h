@@ -73,3 +73,26 @@ inline bool dtype_supported(c10::ScalarType t) {
 }
 
 }  // namespace torch_musa
+
+// ---- The real torch_musa's C++ device API ------------------------------------
+namespace c10::musa {
+
+using c10::DeviceIndex;
+
+inline DeviceIndex device_count() noexcept { return torch_musa::device_count(); }
+inline DeviceIndex current_device() { return torch_musa::current_device(); }
+inline void set_device(DeviceIndex device) { torch_musa::set_current_device(device); }
+// Makes `device` current (when >= 0) and returns the previous one.
+inline DeviceIndex exchangeDevice(DeviceIndex device) {
+  const DeviceIndex old = torch_musa::current_device();
+  if (device >= 0 && device != old) torch_musa::set_current_device(device);
+  return old;
+}
+// Waits for all work on the current device.
+inline void Synchronize() {
+  const DeviceIndex d = torch_musa::current_device();
+  torch_musa::check_device(d);
+  torch_musa::driver().device_synchronize(d);
+}
+
+}  // namespace c10::musa

@@ -190,3 +190,16 @@ int unified_cpu_allocator();
 bool share_unified(const at::Tensor& src, const at::Tensor& dst);
 
 }  // namespace torch_musa
+
+// ---- The real torch_musa's C++ allocator API (CUDA's CUDACachingAllocator) ----
+namespace c10::musa::MUSACachingAllocator {
+
+// The allocator serving musa memory (torch.musa.memory's).
+inline c10::DeviceAllocator* get() { return &torch_musa::device_allocator(); }
+// `nbytes` on the current device, freed with raw_delete.
+inline void* raw_alloc(size_t nbytes) { return torch_musa::device_allocator().raw_allocate(nbytes); }
+inline void raw_delete(void* ptr) { torch_musa::device_allocator().raw_deallocate(ptr); }
+// Returns cached, unused memory to the driver (torch.musa.empty_cache).
+inline void emptyCache() { torch_musa::device_allocator().emptyCache(); }
+
+}  // namespace c10::musa::MUSACachingAllocator
