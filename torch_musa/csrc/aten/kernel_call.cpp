@@ -138,7 +138,7 @@ void KernelCall::unsupported(const at::Tensor& t, const char* arg) {
               config().profile, ".",
               dbl ? " Set TORCH_USE_MUSA_DOUBLE_CAST=1 to compute float64 in "
                     "float32, or pick a profile with float64 "
-                    "(TORCH_MUSA_PROFILE=s5000)."
+                    "(TORCH_MUSA_PROFILE=s4000 or s5000)."
                   : " Use a supported dtype, or a profile that has it "
                     "(TORCH_MUSA_PROFILE).");
 }
