@@ -63,5 +63,11 @@ def test_cpp_program_runs_a_traced_model_on_musa(tmp_path):
     ran = subprocess.run([program, str(model)], capture_output=True, text=True, env=env,
                          timeout=120)
     assert ran.returncode == 0, ran.stderr
-    assert "ran on musa:0" in ran.stderr
+    assert f"ran on musa:0 of {torch.musa.device_count()} musa device(s)" in ran.stderr
     assert _values(ran.stdout) == expected  # the same kernels: the same bits
+
+    # The program reads MUSA_VISIBLE_DEVICES as Python does (a device count).
+    one = subprocess.run([program, str(model)], capture_output=True, text=True,
+                         env={**env, "MUSA_VISIBLE_DEVICES": "1"}, timeout=120)
+    assert one.returncode == 0 and "of 1 musa device(s)" in one.stderr, one.stderr
+    assert _values(one.stdout) == expected

@@ -3,8 +3,9 @@
 // PrivateUse1, the guard, the hooks and the allocator (MUSAHooks.cpp). The op
 // kernels and the fallback register themselves (TORCH_LIBRARY_IMPL).
 //
-// The driver follows TORCH_MUSA_DRIVER ("host" when unset); everything else
-// keeps RuntimeConfig's defaults until `import torch_musa` hands over the
+// The driver follows TORCH_MUSA_DRIVER ("host" when unset) and the device count
+// MUSA_VISIBLE_DEVICES (as many devices as it lists); everything else keeps
+// RuntimeConfig's defaults (the default profile's) until `import torch_musa` hands over the
 // configuration read from the environment (torch_musa/_runtime.py), which it
 // may do until the runtime is first used.
 //
@@ -30,6 +31,13 @@ bool register_at_load() {
     const char* name = std::getenv("TORCH_MUSA_DRIVER");
     const std::string driver_name = name && *name ? name : "host";
     if (driver_name != "host") use_driver(driver_name);
+    const char* visible = std::getenv("MUSA_VISIBLE_DEVICES");
+    if (visible && driver_name == "host") {
+      int n = 0;  // "" lists none; "1,0" two
+      for (const char* p = visible; *p; ++p)
+        if (*p != ',' && *p != ' ' && (p == visible || p[-1] == ',' || p[-1] == ' ')) ++n;
+      config().device_count = n < kMaxDevices ? n : kMaxDevices;
+    }
     register_device();
     c10::register_privateuse1_backend("musa");
     return true;
