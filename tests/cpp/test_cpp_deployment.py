@@ -68,6 +68,6 @@ def test_cpp_program_runs_a_traced_model_on_musa(tmp_path):
 
     # The program reads MUSA_VISIBLE_DEVICES as Python does (a device count).
     one = subprocess.run([program, str(model)], capture_output=True, text=True,
-                         env={**env, "MUSA_VISIBLE_DEVICES": "1"}, timeout=120)
+                         env={**env, "MUSA_VISIBLE_DEVICES": "0"}, timeout=120)
     assert one.returncode == 0 and "of 1 musa device(s)" in one.stderr, one.stderr
     assert _values(one.stdout) == expected

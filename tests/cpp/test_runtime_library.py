@@ -37,15 +37,16 @@ def test_loading_the_library_registers_the_device(subpython):
     # torch alone (no torch_musa import, no autoload), then the library by path:
     # the device, its kernels and the fallback come from its initializers. (Python's
     # tensor factories import torch.<device>: an empty module stands in for torch.musa.)
+    last = torch.musa.device_count() - 1  # not the current device
     r = subpython(f"""
         import ctypes, types, torch
         assert torch._C._get_privateuse1_backend_name() == "privateuseone"
         ctypes.CDLL({LIBRARY!r}, mode=ctypes.RTLD_GLOBAL)
         assert torch._C._get_privateuse1_backend_name() == "musa"
         torch._register_device_module("musa", types.ModuleType("torch.musa"))
-        x = torch.arange(6.0, device="musa:1").reshape(2, 3)
+        x = torch.arange(6.0, device="musa:{last}").reshape(2, 3)
         y = torch.nn.functional.softmax(x * 2, dim=1)   # a kernel and the fallback
-        assert y.device == torch.device("musa", 1), y.device
+        assert y.device == torch.device("musa", {last}), y.device
         print(y.cpu().tolist())
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert r.returncode == 0, r.stderr

@@ -4,7 +4,8 @@
 // kernels and the fallback register themselves (TORCH_LIBRARY_IMPL).
 //
 // The driver follows TORCH_MUSA_DRIVER ("host" when unset) and the device count
-// MUSA_VISIBLE_DEVICES (as many devices as it lists); everything else keeps
+// MUSA_VISIBLE_DEVICES (host driver: as many devices as it lists; cuda driver: the
+// GPUs CUDA then sees); everything else keeps
 // RuntimeConfig's defaults (the default profile's) until `import torch_musa` hands over the
 // configuration read from the environment (torch_musa/_runtime.py), which it
 // may do until the runtime is first used.
@@ -20,6 +21,10 @@
 #include <cstdlib>
 #include <string>
 
+#ifdef TORCH_MUSA_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace torch_musa {
 
 void register_device();  // MUSAHooks.cpp
@@ -30,8 +35,19 @@ bool register_at_load() {
   try {
     const char* name = std::getenv("TORCH_MUSA_DRIVER");
     const std::string driver_name = name && *name ? name : "host";
-    if (driver_name != "host") use_driver(driver_name);
     const char* visible = std::getenv("MUSA_VISIBLE_DEVICES");
+#ifdef TORCH_MUSA_WITH_CUDA
+    if (driver_name == "cuda") {
+      // The GPUs CUDA sees (MUSA_VISIBLE_DEVICES narrows them, as under Python,
+      // unless CUDA_VISIBLE_DEVICES is set already: an explicit CUDA setting wins).
+      if (visible && !std::getenv("CUDA_VISIBLE_DEVICES"))
+        setenv("CUDA_VISIBLE_DEVICES", visible, 0);
+      int n = 0;
+      if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+      config().device_count = n < kMaxDevices ? n : kMaxDevices;
+    }
+#endif
+    if (driver_name != "host") use_driver(driver_name);
     if (visible && driver_name == "host") {
       int n = 0;  // "" lists none; "1,0" two
       for (const char* p = visible; *p; ++p)
