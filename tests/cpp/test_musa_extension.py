@@ -87,8 +87,10 @@ def test_paths_name_the_runtime():
 
 
 def test_setup_py_extension_gets_headers_and_library(tmp_path):
-    e = musa_extension.MUSAExtension("demo._ops", [str(tmp_path / "ops.cpp")])
+    e = musa_extension.MUSAExtension("demo._ops", [str(tmp_path / "ops.cpp")],
+                                     extra_compile_args={"cxx": ["-O2"], "mcc": ["-O3"]})
     assert "torch_musa" in e.libraries and "torch_python" in e.libraries
+    assert e.extra_compile_args == {"cxx": ["-O2"]}  # "mcc" is dropped without kernels
     assert musa_extension.include_paths()[-1] in e.include_dirs
     assert musa_extension.BuildExtension is torch.utils.cpp_extension.BuildExtension
     import torch_musa.utils as utils

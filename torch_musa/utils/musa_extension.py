@@ -136,10 +136,18 @@ def MUSAExtension(name, sources, *args, **kwargs):
 
     C++ sources build with the runtime's headers and library; ``.mu`` sources compile as
     CUDA under the cuda driver (``.cu`` wrappers under ``build/musa_sources``) and raise
-    a clear error elsewhere. Other arguments are torch's ``CppExtension``/``CUDAExtension``'s.
+    a clear error elsewhere; ``extra_compile_args["mcc"]`` goes to nvcc then. Other
+    arguments are torch's ``CppExtension``/``CUDAExtension``'s.
     """
     directory = os.path.join(os.getcwd(), "build", "musa_sources", name)
     sources, has_kernels = _split_sources(sources, directory)
+    flags = kwargs.get("extra_compile_args")
+    if isinstance(flags, dict) and "mcc" in flags:
+        # MUSA's compiler's flags (musa-converter writes "mcc" for "nvcc") go to nvcc
+        flags = {k: v for k, v in flags.items() if k != "mcc"}
+        if has_kernels:
+            flags.setdefault("nvcc", kwargs["extra_compile_args"]["mcc"])
+        kwargs["extra_compile_args"] = flags
     make = _cpp.CUDAExtension if has_kernels else _cpp.CppExtension
     return make(name, sources, *args, **_with_runtime(kwargs))
 
