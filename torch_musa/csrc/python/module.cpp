@@ -20,11 +20,11 @@
 namespace torch_musa {
 void register_device();
 void init_nan_check(pybind11::module_& m);
-void init_memory(pybind11::module_& m);
-void init_graphs(pybind11::module_& m);
 // core/PinnedAllocator.cpp: torch.musa.host_memory_stats' counters.
 std::map<std::string, double> host_memory_stats();
 void reset_host_memory_stats(bool peak);
+void init_memory(pybind11::module_& m);
+void init_graphs(pybind11::module_& m);
 }
 
 namespace {
@@ -147,6 +147,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_dtype_exempt_ops", &set_dtype_exempt_ops);
   m.def("_set_double_cast", [](std::optional<bool> on) {  // None: follow the environment
     set_double_cast(on ? int(*on) : -1);
+  });
+  m.def("_get_memory_fraction", [](int d) {
+    check_device(c10::DeviceIndex(d));
+    return device_allocator().memory_fraction(c10::DeviceIndex(d));
   });
   m.def("_host_memory_stats", &host_memory_stats);
   m.def("_reset_host_memory_stats", &reset_host_memory_stats);
