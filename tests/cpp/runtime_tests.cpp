@@ -141,8 +141,8 @@ void allocator_rounds_counts_and_caches() {
     EXPECT(s.requested_bytes[0].current == 1000, "requested bytes are what was asked");
   }
   auto s = stats();
-  EXPECT(s.allocated_bytes[0].current == 0 && s.reserved_bytes[0].current == 1024,
-         "a freed block stays reserved (cached)");
+  EXPECT(s.allocated_bytes[0].current == 0 && s.reserved_bytes[0].current == 2 * kMiB,
+         "a freed block stays reserved (cached) in its 2 MiB small-pool segment, as CUDA's");
   c10::DataPtr again = a.allocate_on(0, 900, c10::Device(c10::DeviceType::PrivateUse1, 0));
   EXPECT(again.get() == first, "the same class reuses the cached block");
   again.clear();
@@ -153,13 +153,13 @@ void allocator_rounds_counts_and_caches() {
 }
 
 void allocator_out_of_memory_is_clear_and_recoverable() {
-  configure(8 * kMiB);
+  configure(64 * kMiB);
   DeviceAllocator& a = device_allocator();
   a.emptyCache();
-  c10::DataPtr big = a.allocate_on(0, 6 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0));
+  c10::DataPtr big = a.allocate_on(0, 40 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0));
   std::string msg;
   try {
-    a.allocate_on(0, 4 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0));
+    a.allocate_on(0, 30 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0));
   } catch (const c10::OutOfMemoryError& e) {
     msg = e.what();
   }
@@ -167,7 +167,7 @@ void allocator_out_of_memory_is_clear_and_recoverable() {
          "OOM names the device: " << msg);
   EXPECT(stats().num_ooms == 1, "the OOM is counted");
   big.clear();
-  c10::DataPtr ok = a.allocate_on(0, 4 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0));
+  c10::DataPtr ok = a.allocate_on(0, 30 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0));
   EXPECT(ok.get() != nullptr, "usable after the OOM once memory is freed");
   EXPECT(stats(1).allocated_bytes[0].current == 0, "devices are accounted apart");
   ok.clear();
@@ -176,13 +176,13 @@ void allocator_out_of_memory_is_clear_and_recoverable() {
 }
 
 void allocator_fraction_and_split_limit() {
-  configure(16 * kMiB);
+  configure(64 * kMiB);
   DeviceAllocator& a = device_allocator();
   a.emptyCache();
-  a.set_memory_fraction(0.25, 0);  // 4 MiB
+  a.set_memory_fraction(0.25, 0);  // 16 MiB
   bool raised = false;
   try {
-    a.allocate_on(0, 5 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0));
+    a.allocate_on(0, 17 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0));
   } catch (const c10::OutOfMemoryError& e) {
     raised = std::string(e.what()).find("set_per_process_memory_fraction") != std::string::npos;
   }
@@ -191,8 +191,15 @@ void allocator_fraction_and_split_limit() {
   AllocatorSettings settings;
   settings.max_split_size = 2 * kMiB;
   a.set_settings(settings);
+  // 3 MiB takes a 20 MiB large-pool segment, as on CUDA; at or above max_split_size it
+  // is an oversize segment: cached whole, never split, released by empty_cache.
   a.allocate_on(0, 3 * kMiB, c10::Device(c10::DeviceType::PrivateUse1, 0)).clear();
-  EXPECT(stats().reserved_bytes[0].current == 0, "blocks above max_split_size are not cached");
+  EXPECT(stats().reserved_bytes[0].current == 20 * kMiB && stats().oversize_segments.current == 1,
+         "an oversize segment stays cached whole, got reserved "
+             << stats().reserved_bytes[0].current << ", oversize " << stats().oversize_segments.current);
+  a.emptyCache();
+  EXPECT(stats().reserved_bytes[0].current == 0 && stats().oversize_segments.current == 0,
+         "empty_cache releases it");
   a.set_settings(AllocatorSettings{});
   raised = false;
   try {
