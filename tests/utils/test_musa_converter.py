@@ -51,6 +51,10 @@ def out(src, **kw):
      '@torch.amp.custom_bwd(device_type="musa")\ndef b(ctx, g): pass\n'),
     ("x = 1  # then x.cuda()\n", "x = 1  # then x.musa()\n"),
     ("a = torch.profiler.ProfilerActivity.CUDA\n", "a = torch.profiler.ProfilerActivity.MUSA\n"),
+    # a longer rule over a prefix that has its own (torch.cuda): the longer one wins
+    ("g = torch.cuda.CUDAGraph()\n", "g = torch.musa.MUSAGraph()\n"),
+    ("g = torch.cuda.CUDAGraph(keep_graph=True)\nwith torch.cuda.graph(g): pass\n",
+     "g = torch.musa.MUSAGraph(keep_graph=True)\nwith torch.musa.graph(g): pass\n"),
 ])
 def test_python_rules(src, want):
     assert out(src) == want

@@ -110,6 +110,12 @@ class _Rewriter(cst.CSTTransformer):
     # -- dotted names and attributes ---------------------------------------
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
         name = _dotted(updated)
+        source = _dotted(original)
+        if source is not None and source != name and source in self.t.dotted:
+            # A longer rule (torch.cuda.CUDAGraph) over a prefix already rewritten
+            # (torch.cuda): the longer one wins, the prefix's rewrite is not counted.
+            self._undo_dotted(source)
+            name = source
         if name is not None and name in self.t.dotted:
             self.counts["py.dotted:" + name] += 1
             new = _expr(self.t.dotted[name])
@@ -665,10 +671,13 @@ def _fast_chain(t: Table, top: ast.Attribute, parent, lines, edits, counts) -> N
         chain.append(n)
         n = n.value
     chain.reverse()
-    name = n.id if isinstance(n, ast.Name) else None
+    name = source = n.id if isinstance(n, ast.Name) else None
     mine = len(edits)
     for n in chain:
         full = f"{name}.{n.attr}" if name is not None else None
+        source = f"{source}.{n.attr}" if source is not None else None
+        if source is not None and source != full and source in t.dotted:
+            raise _NotFast("a longer rule over a rewritten prefix")
         if full is not None and full in t.dotted:
             if _segment(lines, n) != full:
                 raise _NotFast("dotted name with spaces or brackets")
