@@ -5,6 +5,7 @@
 #include "aten/fallback.h"
 
 #include "aten/kernel_call.h"
+#include "aten/layout_tensors.h"
 #include "core/Device.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -16,7 +17,15 @@
 
 namespace torch_musa {
 
+// As run_on_kernel_device(op, stack), the kernel picked by `layout_keys`
+// (Sparse, SparseCsr, Quantized) and the layouts of the arguments too.
+void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          c10::DispatchKeySet layout_keys);
+
 namespace {
+
+const c10::DispatchKeySet kLayoutKeys({c10::DispatchKey::Sparse, c10::DispatchKey::SparseCsr,
+                                       c10::DispatchKey::Quantized});
 
 std::atomic<int> g_mode{int(FallbackMode::Warn)};
 std::mutex g_stats_mu;
@@ -72,10 +81,38 @@ bool is_generator_arg(const c10::Argument& a) {
 
 bool is_musa(const at::Tensor& t) { return t.defined() && t.is_privateuseone(); }
 
-void to_kernel(KernelCall& call, c10::IValue& v, const c10::Argument& a) {
+// Sparse and quantized musa arguments (and their kernel forms), for the
+// written ones' write-back and for results that are those arguments.
+struct LayoutArgs {
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> args;  // (musa, kernel)
+  c10::SmallVector<bool, 2> written;
+  // A device argument names the host (empty_quantized(..., device="cpu")):
+  // sparse or quantized results stay there.
+  bool host_device = false;
+};
+
+at::Tensor kernel_form(KernelCall& call, LayoutArgs& layout, const at::Tensor& t,
+                       bool written) {
+  if (C10_LIKELY(!is_layout_tensor(t))) return call.to_kernel(t, written);
+  at::Tensor k = layout_to_kernel(call, t, written);
+  layout.args.emplace_back(t, k);
+  layout.written.push_back(written);
+  return k;
+}
+
+at::Tensor musa_form(KernelCall& call, const LayoutArgs& layout, const at::Tensor& t,
+                     int refs) {
+  if (C10_LIKELY(!is_layout_tensor(t))) return call.to_musa(t, refs);
+  for (const auto& [m, k] : layout.args)
+    if (k.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return m;
+  if (t.device().type() != config().kernel_type || layout.host_device) return t;
+  return layout_to_musa(call, t);
+}
+
+void to_kernel(KernelCall& call, LayoutArgs& layout, c10::IValue& v, const c10::Argument& a) {
   const bool written = a.alias_info() && a.alias_info()->isWrite();
   if (v.isTensor()) {
-    if (is_musa(v.toTensor())) v = call.to_kernel(v.toTensor(), written);
+    if (is_musa(v.toTensor())) v = kernel_form(call, layout, v.toTensor(), written);
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
     bool any = false;
@@ -83,7 +120,7 @@ void to_kernel(KernelCall& call, c10::IValue& v, const c10::Argument& a) {
     if (!any) return;
     c10::List<at::Tensor> out;
     out.reserve(list.size());
-    for (const at::Tensor& t : list) out.push_back(call.to_kernel(t, written));
+    for (const at::Tensor& t : list) out.push_back(kernel_form(call, layout, t, written));
     v = std::move(out);
   } else if (v.isList()) {  // Tensor?[] (indices)
     bool any = false;
@@ -92,15 +129,16 @@ void to_kernel(KernelCall& call, c10::IValue& v, const c10::Argument& a) {
     c10::List<std::optional<at::Tensor>> out;
     out.reserve(v.toListRef().size());
     for (const c10::IValue& e : v.toListRef()) {
-      if (e.isTensor()) out.push_back(call.to_kernel(e.toTensor(), written));
+      if (e.isTensor()) out.push_back(kernel_form(call, layout, e.toTensor(), written));
       else out.push_back(std::nullopt);
     }
     v = std::move(out);
   } else if (v.isGenerator() || (v.isNone() && is_generator_arg(a))) {
     v = call.kernel_generator_for(v.isNone() ? std::nullopt
                                        : std::optional<at::Generator>(v.toGenerator()));
-  } else if (v.isDevice() && v.toDevice().is_privateuseone()) {
-    v = kernel_device(v.toDevice().index());
+  } else if (v.isDevice()) {
+    if (v.toDevice().is_privateuseone()) v = kernel_device(v.toDevice().index());
+    else layout.host_device = true;
   }
 }
 
@@ -110,9 +148,22 @@ void musa_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   run_on_kernel_device(op, stack);
 }
 
+// Sparse, sparse-compressed and quantized musa tensors: the same route, with
+// the kernel chosen by the layout (SparseCPU, SparseCsrCPU, QuantizedCPU).
+void musa_layout_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                          torch::jit::Stack* stack) {
+  account(op);
+  run_on_kernel_device(op, stack, ks & kLayoutKeys);
+}
+
 }  // namespace
 
 void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_on_kernel_device(op, stack, c10::DispatchKeySet());
+}
+
+void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          c10::DispatchKeySet layout_keys) {
   const auto& schema = op.schema();
   KernelCall call(schema.name().c_str(), schema.overload_name().c_str());
   const auto& args = schema.arguments();
@@ -122,12 +173,17 @@ void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stac
   std::vector<c10::IValue> debug_args;
   const DebugHook hook = debug_hook();
   if (C10_UNLIKELY(hook)) debug_args.assign(stack->begin() + first, stack->end());
-  for (size_t i = 0; i < args.size(); ++i) to_kernel(call, (*stack)[first + i], args[i]);
+  LayoutArgs layout;
+  for (size_t i = 0; i < args.size(); ++i)
+    to_kernel(call, layout, (*stack)[first + i], args[i]);
+  for (const auto& [m, k] : layout.args) layout_keys = layout_keys | (k.key_set() & kLayoutKeys);
   {
     KernelAllocationScope scope(device);
-    op.redispatchBoxed(kernel_keys(), stack);
+    op.redispatchBoxed(kernel_keys() | layout_keys, stack);
   }
   call.sync_written();
+  for (size_t i = 0; i < layout.args.size(); ++i)
+    if (layout.written[i]) layout_sync_written(call, layout.args[i].first, layout.args[i].second);
   const size_t rfirst = stack->size() - schema.returns().size();
   // How many results share each fresh storage: only then may it be adopted.
   c10::SmallVector<std::pair<c10::StorageImpl*, int>, 4> refs;
@@ -152,12 +208,12 @@ void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stac
   for (size_t i = rfirst; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
-      v = call.to_musa(v.toTensor(), refs_of(v.toTensor()));
+      v = musa_form(call, layout, v.toTensor(), refs_of(v.toTensor()));
     } else if (v.isTensorList()) {
       auto list = v.toTensorList();
       c10::List<at::Tensor> out;
       out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(call.to_musa(t, refs_of(t)));
+      for (const at::Tensor& t : list) out.push_back(musa_form(call, layout, t, refs_of(t)));
       v = std::move(out);
     }
   }
@@ -194,4 +250,52 @@ void register_fallback_for(const std::vector<std::string>& ops) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&torch_musa::musa_fallback>());
+}
+
+namespace torch_musa {
+namespace {
+
+// Ops with a composite kernel (CompositeExplicitAutograd[NonFunctional]) as well as a
+// SparseCPU / SparseCsrCPU / QuantizedCPU one: the composite outranks a
+// fallback, and is wrong for these layouts (is_coalesced, col_indices,
+// q_scale, ... raise "expected sparse ... layout"), so the ops the CPU device
+// serves on those keys are routed to the layout fallback by name.
+struct LayoutKernels {
+  LayoutKernels() {
+    const std::pair<c10::DispatchKey, c10::DispatchKey> keys[] = {
+        {c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1},
+        {c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1},
+        {c10::DispatchKey::QuantizedCPU, c10::DispatchKey::QuantizedPrivateUse1}};
+    auto& dispatcher = c10::Dispatcher::singleton();
+    const auto names = dispatcher.getAllOpNames();
+    for (const auto& [cpu, musa] : keys) {
+      auto* lib = new torch::Library(torch::Library::IMPL, "aten", musa, __FILE__, __LINE__);
+      for (const c10::OperatorName& name : names) {
+        if (name.name.rfind("aten::", 0) != 0) continue;
+        auto op = dispatcher.findOp(name);
+        if (!op || !op->hasKernelForDispatchKey(cpu) || op->hasKernelForDispatchKey(musa) ||
+            !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+              op->hasKernelForDispatchKey(
+                  c10::DispatchKey::CompositeExplicitAutogradNonFunctional)))
+          continue;
+        std::string n = name.name.substr(6);
+        if (!name.overload_name.empty()) n += "." + name.overload_name;
+        lib->impl(n.c_str(), torch::CppFunction::makeFromBoxedFunction<&musa_layout_fallback>());
+      }
+    }
+  }
+};
+const LayoutKernels g_layout_kernels;
+
+}  // namespace
+}  // namespace torch_musa
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&torch_musa::musa_layout_fallback>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&torch_musa::musa_layout_fallback>());
+}
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&torch_musa::musa_layout_fallback>());
 }

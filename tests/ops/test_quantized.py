@@ -1,0 +1,55 @@
+"""Quantized musa tensors through the host kernels, compared with the CPU device."""
+import pytest
+import torch
+
+HOST = "the host kernels quantize bit for bit as the CPU device"
+pytestmark = [pytest.mark.requires_host_driver(HOST),
+              pytest.mark.filterwarnings("ignore:.*musa operator registry")]
+
+
+def _x():
+    return torch.randn(4, 5, generator=torch.Generator().manual_seed(0)) * 3
+
+
+@pytest.mark.parametrize("dtype", [torch.quint8, torch.qint8, torch.qint32])
+def test_quantize_dequantize_round_trip(dtype):
+    x = _x()
+    q = torch.quantize_per_tensor(x, 0.05, 3 if dtype == torch.quint8 else 0, dtype)
+    qm = torch.quantize_per_tensor(x.musa(), 0.05, 3 if dtype == torch.quint8 else 0, dtype)
+    assert qm.device.type == "musa" and qm.is_quantized and qm.dtype == dtype
+    assert qm.q_scale() == q.q_scale() and qm.q_zero_point() == q.q_zero_point()
+    assert torch.equal(qm.int_repr().cpu(), q.int_repr())
+    d = qm.dequantize()
+    assert d.device.type == "musa" and torch.equal(d.cpu(), q.dequantize())
+
+
+def test_to_musa_and_back():
+    q = torch.quantize_per_tensor(_x(), 0.1, 10, torch.quint8)
+    qm = q.to("musa")
+    assert qm.device.type == "musa" and qm.is_quantized
+    back = qm.cpu()
+    assert back.is_quantized and torch.equal(back.int_repr(), q.int_repr())
+    assert back.q_scale() == q.q_scale() and back.q_zero_point() == q.q_zero_point()
+
+
+def test_per_channel():
+    x = _x()
+    scales, zps = torch.tensor([0.1, 0.2, 0.05, 0.3]), torch.tensor([0, 1, 2, 3])
+    q = torch.quantize_per_channel(x, scales, zps, 0, torch.quint8)
+    qm = torch.quantize_per_channel(x.musa(), scales.musa(), zps.musa(), 0, torch.quint8)
+    assert torch.equal(qm.int_repr().cpu(), q.int_repr())
+    assert torch.equal(qm.dequantize().cpu(), q.dequantize())
+    assert torch.equal(q.to("musa").dequantize().cpu(), q.dequantize())
+
+
+def test_quantized_ops():
+    a = torch.quantize_per_tensor(_x(), 0.1, 10, torch.quint8)
+    am = a.musa()
+    for f in (torch.relu, lambda t: t[1:3], lambda t: t.reshape(5, 4), lambda t: t.transpose(0, 1),
+              lambda t: torch.ops.quantized.add(t, t, 0.2, 5)):
+        r, rm = f(a), f(am)
+        assert rm.device.type == "musa" and rm.is_quantized
+        assert torch.equal(rm.int_repr().cpu(), r.int_repr())
+        assert rm.q_scale() == r.q_scale() and rm.q_zero_point() == r.q_zero_point()
+    assert torch.equal(torch.nn.quantized.functional.max_pool2d(am[None, None], 2).dequantize().cpu(),
+                       torch.nn.quantized.functional.max_pool2d(a[None, None], 2).dequantize())
