@@ -8,6 +8,7 @@
 #include "core/MUSAGenerator.h"
 #include "aten/kernel_alias.h"
 #include "core/Device.h"
+#include "core/MUSAProfiler.h"
 
 #include <ATen/Tensor.h>
 #include <ATen/core/Generator.h>
@@ -83,6 +84,7 @@ class KernelCall {
   const char* op_;
   const char* overload_;
   c10::DeviceIndex device_ = -1;
+  profiler::KernelSpan span_{op_, overload_, &device_};  // torch.profiler's kernel
   at::Tensor other_;
   const char* other_arg_ = nullptr;
   bool downcast_ = false;

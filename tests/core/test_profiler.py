@@ -1,0 +1,102 @@
+"""torch.profiler with ProfilerActivity.MUSA (PrivateUse1): musa kernels show with
+device time under the ops that launched them, in key_averages() and in the chrome
+trace, as CUDA kernels do with ProfilerActivity.CUDA."""
+import json
+import time
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+DEVICE_TYPE = torch.autograd.DeviceType.PrivateUse1
+
+
+def _matmul_relu(n=256, steps=3):
+    a = torch.randn(n, n, device="musa")
+    b = torch.randn(n, n, device="musa")
+    torch.musa.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            c = torch.relu(a @ b)
+        torch.musa.synchronize()
+        wall_us = (time.perf_counter() - t0) * 1e6
+    ref = torch.relu(a.cpu() @ b.cpu())
+    torch.testing.assert_close(c.cpu(), ref)
+    return prof, wall_us
+
+
+def test_musa_activity_is_the_privateuse1_one():
+    assert ProfilerActivity.MUSA == ProfilerActivity.PrivateUse1
+    assert ProfilerActivity.MUSA in torch.profiler.supported_activities()
+
+
+@pytest.mark.requires_host_driver("kernel spans are the host kernels' run times")
+def test_ops_report_device_time():
+    prof, wall_us = _matmul_relu()
+    rows = {e.key: e for e in prof.key_averages()}
+    for op in ("aten::mm", "aten::relu"):
+        assert op in rows, sorted(rows)
+        assert rows[op].device_time_total > 0, (op, rows[op].device_time_total)
+        assert rows[op].count == 3
+    # The kernels themselves: device events of the musa device, one per op call.
+    kernels = [e for e in prof.events() if e.device_type == DEVICE_TYPE]
+    assert sum(k.name == "musa_kernel:aten::mm" for k in kernels) == 3
+    assert all(k.device_index == 0 for k in kernels)
+    # Each kernel lies inside the CPU op that launched it.
+    mm_ops = [e for e in prof.events() if e.name == "aten::mm" and e.device_type != DEVICE_TYPE]
+    for op in mm_ops:
+        assert len(op.kernels) == 1
+    # Under the host driver kernels run inline: their time is part of the wall
+    # time and the bulk of the ops' CPU time.
+    device_total = sum(k.time_range.elapsed_us() for k in kernels)
+    assert 0 < device_total <= wall_us * 1.05
+    assert rows["aten::mm"].device_time_total >= 0.5 * rows["aten::mm"].cpu_time_total
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=10)
+    assert "Self MUSA" in table or "Self PRIVATEUSE1" in table.upper(), table
+
+
+def test_chrome_trace_has_kernels_streams_and_device_properties(tmp_path):
+    prof, _ = _matmul_relu(steps=1)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    trace = json.loads(path.read_text())
+    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+    assert {"musa_kernel:aten::mm", "musa_kernel:aten::relu"} <= {k["name"] for k in kernels}
+    stream = torch.musa.current_stream().stream_id
+    assert all(k["args"]["stream"] == stream and k["args"]["device"] == 0 for k in kernels)
+    # Linked to the CPU op that launched it (its "External id"), as CUDA kernels are.
+    ops = {e["args"]["External id"]: e["name"] for e in trace["traceEvents"]
+           if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+    assert all(ops[k["args"]["External id"]] == k["name"].split(":", 1)[1] for k in kernels)
+    # Each stream the kernels ran on has its row, as CUDA traces name "stream 7".
+    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+            if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    assert rows[(0, stream)] == f"musa stream {stream}"
+    props = trace["deviceProperties"]
+    assert len(props) == torch.musa.device_count()
+    assert props[0]["name"] == torch.musa.get_device_name(0)
+    assert props[0]["totalGlobalMem"] == torch.musa.get_device_properties(0).total_memory
+
+
+def test_cpu_only_profile_is_unaffected():
+    a = torch.randn(64, 64, device="musa")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.relu(a @ a)
+    assert "aten::mm" in {e.key for e in prof.key_averages()}
+    assert not [e for e in prof.events() if e.device_type == DEVICE_TYPE]
+    assert all(e.device_time_total == 0 for e in prof.key_averages())
+
+
+def test_profile_on_a_side_stream_and_second_device():
+    if torch.musa.device_count() < 2:
+        pytest.skip("needs 2 devices")
+    s = torch.musa.Stream(device=1)
+    x = torch.randn(32, 32, device="musa:1")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
+        with torch.musa.stream(s):
+            x.relu()
+        s.synchronize()
+    kernels = [e for e in prof.events()
+               if e.device_type == DEVICE_TYPE and e.name == "musa_kernel:aten::relu"]
+    assert len(kernels) == 1 and kernels[0].device_index == 1
