@@ -104,11 +104,6 @@ def test_backward_uses_the_callers_intra_op_threads_after_a_pinned_loader(subpyt
     assert musa_backward == cpu_backward
 
 
-@pytest.mark.xfail(strict=True, raises=(NotImplementedError, RuntimeError), reason=(
-    "nn.TransformerEncoder's inference fast path (eval, no grad, src_key_padding_mask) turns "
-    "the batch into a nested tensor on any 'cpu', 'cuda' or PrivateUse1 device; musa has no "
-    "NestedTensorPrivateUse1 kernels (_transformer_encoder_layer_fwd, to_padded_tensor): "
-    "NotImplementedError, or under the cuda driver 'NestedTensorImpl doesn't support strides'"))
 def test_transformer_encoder_inference_with_padding_mask():
     """BERT-style inference: padded batch, key-padding mask, default enable_nested_tensor."""
     torch.manual_seed(0)
