@@ -107,3 +107,18 @@ def test_autograd_sparse_mm():
     torch.sparse.mm(sm, dm).sum().backward()
     assert torch.equal(dm.grad.cpu(), d.grad)
     _same(sm.grad, s.grad)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+def test_sparse_mm_reduce_with_gradients(reduce):
+    # amax/amin keep the argmax for the backward only when an input requires grad.
+    s = _dense(9, (5, 5)).to_sparse_csr().requires_grad_()
+    d = torch.randn(5, 3, requires_grad=True)
+    sm = s.detach().musa().requires_grad_()
+    dm = d.detach().musa().requires_grad_()
+    out, out_m = torch.sparse.mm(s, d, reduce), torch.sparse.mm(sm, dm, reduce)
+    assert torch.equal(out_m.cpu(), out)
+    out.sum().backward()
+    out_m.sum().backward()
+    assert torch.equal(dm.grad.cpu(), d.grad)
+    _same(sm.grad, s.grad)

@@ -89,14 +89,23 @@ struct LayoutArgs {
   // A device argument names the host (empty_quantized(..., device="cpu")):
   // sparse or quantized results stay there.
   bool host_device = false;
+  // Sparse and quantized ops only: kernel forms require grad where their musa
+  // tensors do, as some host kernels keep what the backward needs only then
+  // (_sparse_mm_reduce_impl's arg_out).
+  bool mirror_grad = false;
 };
 
 at::Tensor kernel_form(KernelCall& call, LayoutArgs& layout, const at::Tensor& t,
                        bool written) {
-  if (C10_LIKELY(!is_layout_tensor(t))) return call.to_kernel(t, written);
-  at::Tensor k = layout_to_kernel(call, t, written);
-  layout.args.emplace_back(t, k);
-  layout.written.push_back(written);
+  at::Tensor k;
+  if (C10_LIKELY(!is_layout_tensor(t))) {
+    k = call.to_kernel(t, written);
+  } else {
+    k = layout_to_kernel(call, t, written);
+    layout.args.emplace_back(t, k);
+    layout.written.push_back(written);
+  }
+  if (layout.mirror_grad && t.requires_grad() && !k.requires_grad()) k.set_requires_grad(true);
   return k;
 }
 
@@ -174,6 +183,7 @@ void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stac
   const DebugHook hook = debug_hook();
   if (C10_UNLIKELY(hook)) debug_args.assign(stack->begin() + first, stack->end());
   LayoutArgs layout;
+  layout.mirror_grad = !layout_keys.empty();
   for (size_t i = 0; i < args.size(); ++i)
     to_kernel(call, layout, (*stack)[first + i], args[i]);
   for (const auto& [m, k] : layout.args) layout_keys = layout_keys | (k.key_set() & kLayoutKeys);
