@@ -53,3 +53,19 @@ def test_quantized_ops():
         assert rm.q_scale() == r.q_scale() and rm.q_zero_point() == r.q_zero_point()
     assert torch.equal(torch.nn.quantized.functional.max_pool2d(am[None, None], 2).dequantize().cpu(),
                        torch.nn.quantized.functional.max_pool2d(a[None, None], 2).dequantize())
+
+
+def test_quantized_modules_and_layouts():
+    q = torch.quantize_per_tensor(torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1)),
+                                  0.05, 64, torch.quint8)
+    qm = q.musa()
+    for f in (lambda t: torch.cat([t, t]), lambda t: torch.nn.quantized.functional.avg_pool2d(t, 2),
+              lambda t: torch.nn.quantized.functional.interpolate(t, scale_factor=2),
+              lambda t: t.contiguous(memory_format=torch.channels_last), torch.clone):
+        assert torch.equal(f(qm).int_repr().cpu(), f(q).int_repr())
+    from torch.ao.nn.quantized import Conv2d
+    conv = Conv2d(3, 4, 3)
+    conv.set_weight_bias(torch.quantize_per_tensor(torch.randn(4, 3, 3, 3), 0.05, 0, torch.qint8), None)
+    conv.scale, conv.zero_point = 0.1, 0
+    out = conv(qm)
+    assert out.device.type == "musa" and torch.equal(out.int_repr().cpu(), conv(q).int_repr())

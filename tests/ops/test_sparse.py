@@ -122,3 +122,18 @@ def test_sparse_mm_reduce_with_gradients(reduce):
     out_m.sum().backward()
     assert torch.equal(dm.grad.cpu(), d.grad)
     _same(sm.grad, s.grad)
+
+
+def test_one_tensor_passed_twice_and_more_ops():
+    # smm runs sspaddmm_out with one tensor as self and out: one kernel tensor.
+    s, d = _dense(10).to_sparse(), torch.randn(6, 3)
+    _same(torch.smm(s.musa(), d.musa()), torch.smm(s, d))
+    _same(torch.hspmm(s.musa(), d.musa()), torch.hspmm(s, d))
+    _same(s.musa().index_select(0, torch.tensor([0, 2], device="musa")),
+          s.index_select(0, torch.tensor([0, 2])))
+    _same(s.musa().t().coalesce(), s.t().coalesce())
+    b = torch.stack([_dense(11), _dense(12)]).to_sparse()
+    y = torch.randn(2, 6, 3)
+    assert torch.equal(torch.bmm(b.musa(), y.musa()).cpu(), torch.bmm(b, y))
+    _same(torch.zeros(3, 3, layout=torch.sparse_coo, device="musa"),
+          torch.zeros(3, 3, layout=torch.sparse_coo))

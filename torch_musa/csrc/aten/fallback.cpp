@@ -101,6 +101,15 @@ at::Tensor kernel_form(KernelCall& call, LayoutArgs& layout, const at::Tensor& t
   if (C10_LIKELY(!is_layout_tensor(t))) {
     k = call.to_kernel(t, written);
   } else {
+    // One tensor passed twice (sspaddmm_out's self and out) is one kernel tensor.
+    for (size_t i = 0; i < layout.args.size(); ++i)
+      if (layout.args[i].first.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+        if (written && !layout.written[i]) {
+          layout.written[i] = true;
+          layout_to_kernel(call, t, true);  // marks its parts' aliases written
+        }
+        return layout.args[i].second;
+      }
     k = layout_to_kernel(call, t, written);
     layout.args.emplace_back(t, k);
     layout.written.push_back(written);
