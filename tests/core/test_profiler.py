@@ -100,3 +100,30 @@ def test_profile_on_a_side_stream_and_second_device():
     kernels = [e for e in prof.events()
                if e.device_type == DEVICE_TYPE and e.name == "musa_kernel:aten::relu"]
     assert len(kernels) == 1 and kernels[0].device_index == 1
+
+
+def test_op_served_by_the_cpu_op_of_the_same_name_keeps_its_kernel():
+    # musa's aten::sum runs the CPU's aten::sum inside; torch folds the two into one
+    # event, which must keep the kernel.
+    b = torch.randn(64, 64, device="musa")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
+        b.sum()
+    rows = {e.key: e for e in prof.key_averages()}
+    assert rows["aten::sum"].device_time_total > 0
+    assert rows["aten::sum"].device_time_total == rows["musa_kernel:aten::sum"].device_time_total
+
+
+def test_copies_are_memcpy_events(tmp_path):
+    a = torch.randn(128, 128)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
+        b = a.to("musa")
+        b.cpu()
+        b.clone()
+    rows = {e.key: e for e in prof.key_averages()}
+    assert rows["Memcpy HtoD"].count == 1 and rows["Memcpy DtoH"].count == 1
+    assert rows["aten::_copy_from"].device_time_total > 0
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    copies = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "gpu_memcpy"]
+    assert {c["name"] for c in copies} == {"Memcpy HtoD", "Memcpy DtoH"}
+    assert all(c["args"]["bytes"] == 128 * 128 * 4 for c in copies)

@@ -153,7 +153,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (C10_UNLIKELY(sync_debug_mode() != 0) && !non_blocking &&
       self.is_privateuseone() != dst.is_privateuseone())
     sync_point("a blocking copy between musa and the host");
-  out.copy_(src, non_blocking);
+  {
+    profiler::CopySpan span(!self.is_privateuseone() ? "Memcpy HtoD"
+                            : dst.is_privateuseone() ? "Memcpy DtoD" : "Memcpy DtoH",
+                            dst.is_privateuseone() ? dst.device().index() : self.device().index(),
+                            int64_t(dst.numel()) * int64_t(dst.element_size()));
+    out.copy_(src, non_blocking);
+  }
   if (C10_UNLIKELY(nan_check_armed()))  // NaN/Inf entering musa from a CPU tensor
     nan_check_op("aten::_copy_from", {self, dst}, {dst});
   return dst;

@@ -34,6 +34,7 @@
 #endif
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -56,7 +57,9 @@ struct KernelRecord {
   int64_t start_ns;
   int64_t end_ns;
   uint64_t correlation;  // the launching CPU op's (0: none)
+  uint64_t only_child;   // its one direct child op's, if it had exactly one
   int32_t tid;
+  int64_t copy_bytes;  // -1: a kernel; else a memcpy of that many bytes
 };
 
 std::mutex g_mu;
@@ -66,6 +69,11 @@ std::atomic<int64_t> g_count{0};
 // Kineto pushes the correlation id of each CPU op on the thread that runs it.
 thread_local std::vector<uint64_t> t_correlation;
 thread_local int t_depth = 0;
+// The op ids pushed directly under the op whose kernel runs (its host kernel
+// re-enters the dispatcher: musa's aten::sum runs the CPU's aten::sum).
+thread_local size_t t_kernel_base = SIZE_MAX;
+thread_local uint64_t t_first_child = 0;
+thread_local int t_children = 0;
 
 int64_t unix_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -85,25 +93,44 @@ namespace detail {
 
 int64_t kernel_begin() {
   if (t_depth++ > 0) return -1;  // nested: the outer call records
+  t_kernel_base = t_correlation.size();
+  t_first_child = 0;
+  t_children = 0;
   return unix_ns();
 }
 
-void kernel_end(const char* op, const char* overload, c10::DeviceIndex device,
-                int64_t start_ns) {
+namespace {
+void record(std::string name, c10::DeviceIndex device, int64_t start_ns, int64_t copy_bytes) {
   --t_depth;
   if (start_ns < 0) return;
   const int64_t end = unix_ns();
+  t_kernel_base = SIZE_MAX;
   if (!g_recording.load(std::memory_order_relaxed)) return;
+  const c10::DeviceIndex d = device >= 0 ? device : current_device();
+  KernelRecord r{std::move(name), d, current_stream(d).id(), start_ns, end,
+                 t_correlation.empty() ? 0 : t_correlation.back(),
+                 t_children == 1 ? t_first_child : 0, thread_id(), copy_bytes};
+  std::lock_guard<std::mutex> g(g_mu);
+  g_records.push_back(std::move(r));
+  ++g_count;
+}
+}  // namespace
+
+void kernel_end(const char* op, const char* overload, c10::DeviceIndex device,
+                int64_t start_ns) {
+  if (start_ns < 0) {
+    --t_depth;
+    return;
+  }
   // Named apart from the op itself, as CUDA kernels are, so that the op's row
   // and its kernel's stay two rows of key_averages().
   std::string name = std::string("musa_kernel:") + op;
   if (overload && *overload) name += std::string(".") + overload;
-  const c10::DeviceIndex d = device >= 0 ? device : current_device();
-  KernelRecord r{std::move(name), d, current_stream(d).id(), start_ns, end,
-                 t_correlation.empty() ? 0 : t_correlation.back(), thread_id()};
-  std::lock_guard<std::mutex> g(g_mu);
-  g_records.push_back(std::move(r));
-  ++g_count;
+  record(std::move(name), device, start_ns, -1);
+}
+
+void copy_end(const char* name, c10::DeviceIndex device, int64_t nbytes, int64_t start_ns) {
+  record(start_ns < 0 ? std::string() : std::string(name), device, start_ns, nbytes);
 }
 
 }  // namespace detail
@@ -161,26 +188,38 @@ class MusaProfilerSession final : public libkineto::IActivityProfilerSession {
   void processTrace(libkineto::ActivityLogger& logger,
                     libkineto::getLinkedActivityCallback linked, int64_t start_time,
                     int64_t end_time) override {
-    if (!types_.count(libkineto::ActivityType::CONCURRENT_KERNEL)) return;
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
     buffer_->span = libkineto::TraceSpan(start_time, end_time, "musa");
     buffer_->gpuOpCount = int(records_.size());
     for (const KernelRecord& r : records_) {
       if (start_time && end_time && (r.start_ns < start_time || r.end_ns > end_time)) continue;
-      buffer_->emplace_activity(buffer_->span, libkineto::ActivityType::CONCURRENT_KERNEL,
-                                r.name);
+      const auto type = r.copy_bytes >= 0 ? libkineto::ActivityType::GPU_MEMCPY
+                                          : libkineto::ActivityType::CONCURRENT_KERNEL;
+      if (!types_.count(type)) continue;
+      buffer_->emplace_activity(buffer_->span, type, r.name);
       auto& act = libkineto::CpuTraceBuffer::toRef(buffer_->activities.back());
       act.startTime = r.start_ns;
       act.endTime = std::max(r.end_ns, r.start_ns + 1);
       act.device = device_pid(r.device);
       act.resource = int32_t(r.stream);
       act.threadId = r.tid;
-      act.id = int32_t(r.correlation);
-      act.linked = r.correlation ? linked(int32_t(r.correlation)) : nullptr;
+      uint64_t corr = r.correlation;
+      act.linked = corr ? linked(int32_t(corr)) : nullptr;
+      // torch's event tree folds an op into its only child of the same name
+      // (keeping the child's kernels): link to that child then, as a CUDA
+      // kernel launched from the innermost op would be.
+      if (act.linked && r.only_child) {
+        const libkineto::ITraceActivity* child = linked(int32_t(r.only_child));
+        if (child && child->name() == act.linked->name()) {
+          corr = r.only_child;
+          act.linked = child;
+        }
+      }
+      act.id = int32_t(corr);
       act.addMetadata("device", int(r.device));
       act.addMetadata("stream", int64_t(r.stream));
-      act.addMetadata("correlation", int64_t(r.correlation));
-      act.addMetadataQuoted("kernel", "host driver kernel");
+      act.addMetadata("correlation", int64_t(corr));
+      if (r.copy_bytes >= 0) act.addMetadata("bytes", r.copy_bytes);
       devices_.insert(r.device);
       streams_.insert({r.device, r.stream});
       act.log(logger);
@@ -202,7 +241,10 @@ class MusaProfilerSession final : public libkineto::IActivityProfilerSession {
     return std::move(buffer_);
   }
 
-  void pushCorrelationId(uint64_t id) override { t_correlation.push_back(id); }
+  void pushCorrelationId(uint64_t id) override {
+    if (t_correlation.size() == t_kernel_base && t_children++ == 0) t_first_child = id;
+    t_correlation.push_back(id);
+  }
   void popCorrelationId() override {
     if (!t_correlation.empty()) t_correlation.pop_back();
   }
@@ -254,7 +296,8 @@ class MusaActivityProfiler final : public libkineto::IActivityProfiler {
 
  private:
   std::string name_{"musa"};
-  std::set<libkineto::ActivityType> types_{libkineto::ActivityType::CONCURRENT_KERNEL};
+  std::set<libkineto::ActivityType> types_{libkineto::ActivityType::CONCURRENT_KERNEL,
+                                           libkineto::ActivityType::GPU_MEMCPY};
 };
 
 // Kineto asks each registered profiler for a session when a profile starts;

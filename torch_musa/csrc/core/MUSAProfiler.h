@@ -16,6 +16,7 @@ namespace detail {
 extern std::atomic<bool> g_recording;
 int64_t kernel_begin();
 void kernel_end(const char* op, const char* overload, c10::DeviceIndex device, int64_t start_ns);
+void copy_end(const char* name, c10::DeviceIndex device, int64_t nbytes, int64_t start_ns);
 }  // namespace detail
 
 // Brackets one op's kernel (a member of KernelCall, so that it ends even when
@@ -38,6 +39,28 @@ class KernelSpan {
   const char* op_;
   const char* overload_;
   const c10::DeviceIndex* device_;
+  int64_t start_ns_ = 0;
+};
+
+// Brackets a copy to, from or within musa memory ("Memcpy HtoD", "Memcpy DtoH",
+// "Memcpy DtoD"), reported as the device's memcpy activity as CUDA's are.
+class CopySpan {
+ public:
+  CopySpan(const char* name, c10::DeviceIndex device, int64_t nbytes)
+      : name_(name), device_(device), nbytes_(nbytes) {
+    if (C10_UNLIKELY(detail::g_recording.load(std::memory_order_relaxed)))
+      start_ns_ = detail::kernel_begin();
+  }
+  ~CopySpan() {
+    if (C10_UNLIKELY(start_ns_ != 0)) detail::copy_end(name_, device_, nbytes_, start_ns_);
+  }
+  CopySpan(const CopySpan&) = delete;
+  CopySpan& operator=(const CopySpan&) = delete;
+
+ private:
+  const char* name_;
+  c10::DeviceIndex device_;
+  int64_t nbytes_;
   int64_t start_ns_ = 0;
 };
 
