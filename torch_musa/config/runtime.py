@@ -37,6 +37,7 @@ class RuntimeConfig:
     mccl_check_collectives: str  # "first", "all" or "off"
     mccl_stage_gloo: bool
     testing_rendezvous: str  # "host:port:pid" a parent's gen_ip_port chose; "" if none
+    musa_home: str  # the MUSA toolkit's root as set; "" if unset
 
     @property
     def device_count(self) -> int:
@@ -127,6 +128,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
         mccl_check_collectives=value["MCCL_CHECK_COLLECTIVES"],
         mccl_stage_gloo=value["MCCL_STAGE_GLOO"],
         testing_rendezvous=value["TORCH_MUSA_TESTING_RENDEZVOUS"],
+        musa_home=value["MUSA_HOME"],
     )
 
 

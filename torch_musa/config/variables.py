@@ -350,8 +350,10 @@ _DECLARED = (
              "first", "`first`", "Check that ranks' collectives match: each signature's first call, all, none"),
     Variable("MCCL_STAGE_GLOO", Flag(), False, "`0`",
              "Stage Gloo through host copies on the host driver too (as the cuda driver does)"),
+    Variable("MUSA_HOME", Text("a directory"), "", "`/usr/local/musa` if present",
+             "The MUSA toolkit, for `musa_extension`"),
     Variable("TORCH_MUSA_TESTING_RENDEZVOUS", Text("host:port:pid"), "", "unset",
-             "Set by `torch_musa.testing.gen_ip_port` for the processes it spawns (not for users)"),
+             "Set by `testing.gen_ip_port` for the ranks it spawns"),
 )
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in _DECLARED}

@@ -81,7 +81,10 @@ def gen_ip_port() -> tuple[str, str]:
     parts = saved.split(":")
     if len(parts) == 3 and parts[1].isdigit():
         host, port, owner = parts
-        if owner != str(os.getpid()) or _bindable(int(port)):
+        if owner != str(os.getpid()):
+            return host, port  # the choice of the process that spawned this one
+        if _bindable(int(port)):
+            os.environ[_PORT_ENV] = saved  # (again) for the processes spawned from here
             return host, port
     host, port = "127.0.0.1", str(free_port_block())
     _chosen = os.environ[_PORT_ENV] = f"{host}:{port}:{os.getpid()}"

@@ -33,7 +33,7 @@ MUSA_HEADER_SUFFIXES = (".muh",)
 
 #: The MUSA toolkit's root (MUSA_HOME, else /usr/local/musa where it exists), as the real
 #: torch_musa's. This torch_musa does not compile with it: see ``MUSAExtension``.
-MUSA_HOME: str | None = os.environ.get("MUSA_HOME") or (
+MUSA_HOME: str | None = CONFIG.musa_home or (
     "/usr/local/musa" if os.path.isdir("/usr/local/musa") else None)
 
 #: torch's BuildExtension: it builds MUSAExtension and CppExtension as any extension.
