@@ -220,7 +220,6 @@ class MusaProfilerSession final : public libkineto::IActivityProfilerSession {
       act.addMetadata("stream", int64_t(r.stream));
       act.addMetadata("correlation", int64_t(corr));
       if (r.copy_bytes >= 0) act.addMetadata("bytes", r.copy_bytes);
-      devices_.insert(r.device);
       streams_.insert({r.device, r.stream});
       act.log(logger);
     }
@@ -267,7 +266,6 @@ class MusaProfilerSession final : public libkineto::IActivityProfilerSession {
   std::set<libkineto::ActivityType> types_;
   std::vector<KernelRecord> records_;
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
-  std::set<c10::DeviceIndex> devices_;
   std::set<std::pair<c10::DeviceIndex, c10::StreamId>> streams_;
   bool started_ = false;
 };
