@@ -137,3 +137,19 @@ def test_one_tensor_passed_twice_and_more_ops():
     assert torch.equal(torch.bmm(b.musa(), y.musa()).cpu(), torch.bmm(b, y))
     _same(torch.zeros(3, 3, layout=torch.sparse_coo, device="musa"),
           torch.zeros(3, 3, layout=torch.sparse_coo))
+
+
+def test_sparse_embedding_gradients_and_sparse_adam():
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    embm = torch.nn.Embedding(10, 3, sparse=True)
+    embm.load_state_dict(emb.state_dict())
+    embm.musa()
+    i = torch.tensor([1, 2, 2, 5])
+    for _ in range(2):  # the second backward accumulates sparse into sparse
+        emb(i).sum().backward()
+        embm(i.musa()).sum().backward()
+    _same(embm.weight.grad, emb.weight.grad)
+    opt, optm = torch.optim.SparseAdam(emb.parameters()), torch.optim.SparseAdam(embm.parameters())
+    opt.step()
+    optm.step()
+    assert torch.equal(embm.weight.detach().cpu(), emb.weight.detach())
