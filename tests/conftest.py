@@ -1,3 +1,4 @@
+import gc
 import os
 import subprocess
 import sys
@@ -39,6 +40,16 @@ def planted():
     yield plant
     for lib in libs:
         lib._destroy()
+
+
+@pytest.fixture
+def empty_musa_cache():
+    """Tests that read the allocator's layout start and end with nothing cached."""
+    gc.collect()
+    torch.musa.empty_cache()
+    yield
+    gc.collect()
+    torch.musa.empty_cache()
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,5 @@
 """Memory history and snapshots in torch.cuda.memory._snapshot()'s format, read by
 PyTorch's own memory visualiser (torch.cuda._memory_viz), and memory_stats_all."""
-import gc
 import pickle
 
 import pytest
@@ -14,13 +13,9 @@ pytestmark = pytest.mark.requires_host_driver(
 
 
 @pytest.fixture(autouse=True)
-def history_off():
-    gc.collect()
-    torch.musa.empty_cache()
+def history_off(empty_musa_cache):
     yield
     torch.musa.memory._record_memory_history(None, clear_history=True)
-    gc.collect()
-    torch.musa.empty_cache()
 
 
 def make_tensor_here():

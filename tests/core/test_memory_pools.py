@@ -1,7 +1,6 @@
 """Memory pools (torch.musa.MemPool, use_mem_pool, MemPoolContext), a user's allocator
 (MUSAPluggableAllocator, change_current_allocator, get_allocator_backend) and raw
 allocations (caching_allocator_alloc/delete), as torch.cuda documents them."""
-import gc
 import subprocess
 import textwrap
 import threading
@@ -11,17 +10,11 @@ import torch
 
 MiB = 1 << 20
 
-pytestmark = pytest.mark.requires_host_driver(
-    "the host allocator's pools; under the cuda driver torch.musa.MemPool is torch.cuda.MemPool")
-
-
-@pytest.fixture(autouse=True)
-def clean():
-    gc.collect()
-    torch.musa.empty_cache()
-    yield
-    gc.collect()
-    torch.musa.empty_cache()
+pytestmark = [
+    pytest.mark.requires_host_driver(
+        "the host allocator's pools; under the cuda driver torch.musa.MemPool is torch.cuda.MemPool"),
+    pytest.mark.usefixtures("empty_musa_cache"),
+]
 
 
 def nbytes(n):

@@ -3,24 +3,17 @@ rounding, a small pool of 2 MiB segments for requests up to 1 MiB, 20 MiB segmen
 requests under 10 MiB, large segments rounded to 2 MiB, split blocks, and the
 PYTORCH_MUSA_ALLOC_CONF keys (max_split_size_mb, roundup_power2_divisions,
 garbage_collection_threshold, expandable_segments)."""
-import gc
 
 import pytest
 import torch
 
 MiB = 1 << 20
 
-pytestmark = pytest.mark.requires_host_driver(
-    "the host driver's caching allocator; under the cuda driver CUDA's serves musa memory")
-
-
-@pytest.fixture(autouse=True)
-def clean():
-    gc.collect()
-    torch.musa.empty_cache()
-    yield
-    gc.collect()
-    torch.musa.empty_cache()
+pytestmark = [
+    pytest.mark.requires_host_driver(
+        "the host driver's caching allocator; under the cuda driver CUDA's serves musa memory"),
+    pytest.mark.usefixtures("empty_musa_cache"),
+]
 
 
 def stats():

@@ -1,7 +1,6 @@
 """Unified memory (PYTORCH_MUSA_ALLOC_CONF=cpu:unified, torch_musa.use_unified_cpu_allocator):
 CPU tensors live in memory the device uses, so moving them to musa copies nothing and
 the accounting counts the bytes once."""
-import gc
 
 import pytest
 import torch
@@ -10,16 +9,10 @@ import torch_musa
 
 MiB = 1 << 20
 
-pytestmark = pytest.mark.requires_host_driver("unified memory is the host driver's (CUDA managed memory is not wired)")
-
-
-@pytest.fixture(autouse=True)
-def clean():
-    gc.collect()
-    torch.musa.empty_cache()
-    yield
-    gc.collect()
-    torch.musa.empty_cache()
+pytestmark = [
+    pytest.mark.requires_host_driver("unified memory is the host driver's (CUDA managed memory is not wired)"),
+    pytest.mark.usefixtures("empty_musa_cache"),
+]
 
 
 def test_to_musa_shares_the_cpu_bytes_and_counts_them_once():
