@@ -64,6 +64,8 @@ MARKERS = {
     "requires_devices(n)": "needs at least n musa devices; skipped with fewer",
     "requires_profile(*keys, reason=None)": "needs one of these hardware profiles (s80, s4000, "
     "s5000); skipped under any other (the cuda driver's is the GPU's)",
+    "needs_musa": "torch_musa.testing's mark (the real torch_musa's name): the test needs a musa "
+    "device, which every run here has",
 }
 
 
