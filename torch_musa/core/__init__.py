@@ -92,7 +92,7 @@ from torch_musa.core.streams import (
     set_stream,
     stream,
 )
-from torch_musa.core import monitoring, mudnn, runtime_api, sync_debug, version
+from torch_musa.core import monitoring, mudnn, runtime_api, sync_debug, tunable, version
 from torch_musa.core.mudnn import flags, set_flags
 
 version.install()  # torch.version.musa
