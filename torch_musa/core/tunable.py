@@ -262,15 +262,15 @@ def _read(filename: str) -> bool:
         warnings.warn(f"TunableOp results file {filename} has no PT_VERSION validator; not loaded",
                       stacklevel=3)
         return False
-    foreign = [f"{k}={v}" for k, v in validators.items() if k not in ours]
-    if foreign:
-        warnings.warn(f"TunableOp results file {filename}: validators {', '.join(foreign)} name "
-                      f"what the musa host driver does not have; ignored", stacklevel=3)
     for key, value in validators.items():
         if key in ours and ours[key] != value:
             warnings.warn(f"TunableOp results file {filename}: validator {key} is {value!r}, this "
                           f"process has {ours[key]!r}; not loaded", stacklevel=3)
             return False
+    foreign = [f"{k}={v}" for k, v in validators.items() if k not in ours]
+    if foreign:
+        warnings.warn(f"TunableOp results file {filename}: validators {', '.join(foreign)} name "
+                      f"what the musa host driver does not have; ignored", stacklevel=3)
     with _ctx.lock:
         for op, m in results.items():  # results already held win, as TunableOp's merge
             held = _ctx.results.setdefault(op, {})
