@@ -103,3 +103,25 @@ def test_preferred_linalg_library():
         assert torch.backends.musa.preferred_linalg_library("default") == torch._C._LinalgBackend.Default
         with pytest.raises(RuntimeError, match="default"):
             torch.backends.musa.preferred_linalg_library("magma")
+
+
+def test_mudnn_has_cudnns_functions():
+    """torch.backends.mudnn carries version/is_available/set_flags/flags as
+    torch.backends.cudnn does (the real torch_musa's module has the same)."""
+    d = torch.backends.mudnn
+    assert d.flags is torch.musa.mudnn.flags and d.set_flags is torch.musa.mudnn.set_flags
+    assert isinstance(d.is_available(), bool)
+    if CONFIG.driver == "cuda":
+        assert d.version() == torch.backends.cudnn.version()
+    else:
+        assert d.version() is None and d.is_available()  # no muDNN library: the host's kernels
+    saved = (d.allow_tf32, d.enabled, d.benchmark, d.deterministic)
+    with d.flags(not saved[0], deterministic=not saved[3], benchmark=True):
+        assert d.allow_tf32 is (not saved[0]) and d.deterministic is (not saved[3])
+        assert d.benchmark is True and d.enabled is saved[1]  # not given: unchanged
+    assert (d.allow_tf32, d.enabled, d.benchmark, d.deterministic) == saved
+    with pytest.raises(ZeroDivisionError):  # restored when the block raises too
+        with d.flags(allow_tf32=not saved[0], enabled=not saved[1]):
+            1 / 0
+    assert (d.allow_tf32, d.enabled, d.benchmark, d.deterministic) == saved
+    assert d.set_flags(saved[0]) == (saved[0],)

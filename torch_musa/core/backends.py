@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from torch_musa.config import CONFIG
+from torch_musa.core import mudnn as _mudnn
 
 __all__ = [
     "is_built", "matmul", "preferred_linalg_library",
@@ -164,17 +165,18 @@ def sdp_kernel(enable_flash: bool = True, enable_math: bool = True,
 # ---------------------------------------------------------------- torch.backends.mudnn
 class _MudnnModule(types.ModuleType):
     """``torch.backends.mudnn`` (torch.backends.cudnn's ``allow_tf32``, ``enabled``,
-    ``deterministic``, ``benchmark``)."""
+    ``deterministic``, ``benchmark``; ``version``, ``is_available``, ``set_flags``, ``flags``)."""
 
     _NAMES = ("allow_tf32", "enabled", "deterministic", "benchmark")
+    version = staticmethod(_mudnn.version)
+    is_available = staticmethod(_mudnn.is_available)
+    set_flags = staticmethod(_mudnn.set_flags)
+    flags = staticmethod(_mudnn.flags)
 
     def __init__(self):
         super().__init__("torch.backends.mudnn", _MudnnModule.__doc__)
         object.__setattr__(self, "_host", {"allow_tf32": False, "enabled": True,
                                            "deterministic": False, "benchmark": False})
-
-    def is_available(self) -> bool:
-        return True
 
     def __getattr__(self, name: str):
         if name not in _MudnnModule._NAMES:

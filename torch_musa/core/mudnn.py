@@ -1,5 +1,7 @@
 """muDNN's flags (the real torch_musa's ``torch_musa.core.mudnn``): ``set_flags`` and the
-``flags`` context manager over ``torch.backends.mudnn.allow_tf32``, and ``version``."""
+``flags`` context manager over ``torch.backends.mudnn``'s switches, ``version`` and
+``is_available``. ``torch.backends.mudnn`` carries the same four functions, as
+``torch.backends.cudnn`` does."""
 from __future__ import annotations
 
 import contextlib
@@ -25,6 +27,14 @@ def version() -> int | None:
     return None
 
 
+def is_available() -> bool:
+    """Whether musa's convolution switches apply: cuDNN's availability under the cuda driver;
+    always on the host driver, which keeps the switches (its kernels are the host's own)."""
+    if CONFIG.driver == "cuda":
+        return torch.backends.cudnn.is_available()
+    return True
+
+
 def set_flags(_allow_tf32: bool) -> tuple[bool]:
     """Set ``torch.backends.mudnn.allow_tf32``; returns the previous flags as a tuple."""
     mod = _backend()
@@ -34,13 +44,24 @@ def set_flags(_allow_tf32: bool) -> tuple[bool]:
 
 
 @contextlib.contextmanager
-def flags(allow_tf32: bool = True):
-    """Inside the block ``torch.backends.mudnn.allow_tf32`` is ``allow_tf32``; restored after."""
+def flags(allow_tf32: bool = True, *, enabled: bool | None = None, benchmark: bool | None = None,
+          deterministic: bool | None = None):
+    """Inside the block ``torch.backends.mudnn.allow_tf32`` is ``allow_tf32`` (the real
+    torch_musa's one flag) and each of torch.backends.cudnn.flags' ``enabled``,
+    ``benchmark`` and ``deterministic`` that is given; all are restored after."""
+    mod = _backend()
+    extra = {k: v for k, v in (("enabled", enabled), ("benchmark", benchmark),
+                               ("deterministic", deterministic)) if v is not None}
+    saved = {k: getattr(mod, k) for k in extra}
     orig = set_flags(allow_tf32)
     try:
+        for k, v in extra.items():
+            setattr(mod, k, v)
         yield
     finally:
         set_flags(*orig)
+        for k, v in saved.items():
+            setattr(mod, k, v)
 
 
-__all__ = ["version", "set_flags", "flags"]
+__all__ = ["version", "is_available", "set_flags", "flags"]
