@@ -16,13 +16,12 @@ Python kernel on a hot path.
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_musa import _C
 from torch_musa.config import CONFIG
+from torch_musa.ops import aten_kernels
 
 #: aten op overload -> the OpInfo (or module) names it serves.
 HALF_UPCAST_OPS = {
@@ -139,23 +138,23 @@ def _make_composite(op):
     return kernel
 
 
+def _impls():
+    for name in HALF_UPCAST_OPS:
+        base, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, base), overload or "default")
+        # A backend kernel on a composite op would cut it off from autograd.
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(
+            op.name(), "CompositeImplicitAutograd"), op
+        yield name, _make_kernel(op), "PrivateUse1"
+    for name in HALF_UPCAST_COMPOSITE:
+        base, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, base), overload)
+        yield name, _make_composite(op), "AutogradPrivateUse1"
+
+
 def install() -> None:
     """Register the kernels for musa (host driver only: the cuda driver's kernels are
-    CUDA's, which have these dtypes)."""
+    CUDA's, which have these dtypes). They replace the boxed fallback's registrations."""
     global _library
-    if _library is not None or CONFIG.driver != "host":
-        return
-    _library = torch.library.Library("aten", "IMPL")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": the fallback's
-        for name in HALF_UPCAST_OPS:
-            base, _, overload = name.partition(".")
-            op = getattr(getattr(torch.ops.aten, base), overload or "default")
-            # A backend kernel on a composite op would cut it off from autograd.
-            assert not torch._C._dispatch_has_kernel_for_dispatch_key(
-                op.name(), "CompositeImplicitAutograd"), op
-            _library.impl(name, _make_kernel(op), "PrivateUse1")
-        for name in HALF_UPCAST_COMPOSITE:
-            base, _, overload = name.partition(".")
-            op = getattr(getattr(torch.ops.aten, base), overload)
-            _library.impl(name, _make_composite(op), "AutogradPrivateUse1")
+    if _library is None and CONFIG.driver == "host":
+        _library = aten_kernels.register(_impls(), override=True)

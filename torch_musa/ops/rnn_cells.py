@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from torch_musa.ops import aten_kernels
+
 _REDUCED = (torch.float16, torch.bfloat16)
 _library: torch.library.Library | None = None
 
@@ -163,8 +165,9 @@ def install() -> None:
     global _library
     if _library is not None:
         return
-    _library = torch.library.Library("aten", "IMPL")
-    _library.impl("_thnn_fused_lstm_cell", lstm_cell, "PrivateUse1")
-    _library.impl("_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward, "PrivateUse1")
-    _library.impl("_thnn_fused_gru_cell", gru_cell, "PrivateUse1")
-    _library.impl("_thnn_fused_gru_cell_backward", gru_cell_backward, "PrivateUse1")
+    _library = aten_kernels.register([
+        ("_thnn_fused_lstm_cell", lstm_cell, "PrivateUse1"),
+        ("_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward, "PrivateUse1"),
+        ("_thnn_fused_gru_cell", gru_cell, "PrivateUse1"),
+        ("_thnn_fused_gru_cell_backward", gru_cell_backward, "PrivateUse1"),
+    ])

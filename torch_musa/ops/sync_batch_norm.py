@@ -10,11 +10,10 @@ kernels, they accumulate in float32 for float16/bfloat16 inputs and return stati
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from torch_musa.config import CONFIG
+from torch_musa.ops import aten_kernels
 
 _library: torch.library.Library | None = None
 
@@ -110,12 +109,9 @@ KERNELS = {
 
 
 def install() -> None:
-    """Register the kernels for musa on the host driver (the cuda driver runs CUDA's)."""
+    """Register the kernels for musa on the host driver (the cuda driver runs CUDA's);
+    they replace the boxed fallback's registrations."""
     global _library
-    if _library is not None or CONFIG.driver != "host":
-        return
-    _library = torch.library.Library("aten", "IMPL")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": the fallback's
-        for name, fn in KERNELS.items():
-            _library.impl(name, fn, "PrivateUse1")
+    if _library is None and CONFIG.driver == "host":
+        _library = aten_kernels.register(((name, fn, "PrivateUse1") for name, fn in KERNELS.items()),
+                                         override=True)
