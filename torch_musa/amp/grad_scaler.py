@@ -2,39 +2,23 @@
 
 ``torch.amp.GradScaler`` carries out ``1 / scale`` in float64, which a
 hardware profile without float64 (s80) refuses. On musa the reciprocal
-runs in float64 only where the profile has it, else in float32 (as PyTorch does
-on MPS; the scale is a power of two in normal use, so the result is exact).
-``install()`` applies the same rule to ``torch.amp.GradScaler("musa")``.
+runs in float64 only where the profile has it, else in float32
+(torch_musa.core.grad_scaling). ``install()`` applies the same rule to
+``torch.amp.GradScaler("musa")``.
 """
 from __future__ import annotations
 
 import torch
 from torch.amp.grad_scaler import GradScaler as _TorchGradScaler
-from torch.amp.grad_scaler import OptState
 
-from torch_musa.config import CONFIG
+from torch_musa.core.grad_scaling import unscale_grads
 
 _original_unscale = _TorchGradScaler.unscale_
 
 
 def _musa_unscale_(self, optimizer) -> None:
-    if not self._enabled:
-        return
-    self._check_scale_growth_tracker("unscale_")
-    optimizer_state = self._per_optimizer_states[id(optimizer)]
-    if optimizer_state["stage"] is OptState.UNSCALED:
-        raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
-    elif optimizer_state["stage"] is OptState.STEPPED:
-        raise RuntimeError("unscale_() is being called after step().")
-    if self._scale is None:
-        raise AssertionError("_scale is None in unscale_")
-    if CONFIG.profile.supports_fp64:
-        inv_scale = self._scale.double().reciprocal().float()
-    else:
-        inv_scale = self._scale.reciprocal()
-    found_inf = torch.full((), 0.0, dtype=torch.float32, device=self._scale.device)
-    optimizer_state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale, found_inf, False)
-    optimizer_state["stage"] = OptState.UNSCALED
+    if self._enabled:
+        unscale_grads(self, optimizer, allow_fp16=False, found_inf_shape=())
 
 
 def _unscale_(self, optimizer) -> None:

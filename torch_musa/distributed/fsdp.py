@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.amp.grad_scaler import OptState
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler as _TorchShardedGradScaler
 
-from torch_musa.config import CONFIG
+from torch_musa.core.grad_scaling import unscale_grads
 
 
 class ShardedGradScaler(_TorchShardedGradScaler):
@@ -31,17 +30,7 @@ class ShardedGradScaler(_TorchShardedGradScaler):
             return
         if self._device != "musa":
             return super().unscale_(optimizer)
-        self._check_scale_growth_tracker("unscale_")
-        state = self._per_optimizer_states[id(optimizer)]
-        if state["stage"] is OptState.UNSCALED:
-            raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
-        if state["stage"] is OptState.STEPPED:
-            raise RuntimeError("unscale_() is being called after step().")
-        inv_scale = (self._scale.double().reciprocal().float() if CONFIG.profile.supports_fp64
-                     else self._scale.reciprocal())
-        found_inf = torch.full((1,), 0.0, dtype=torch.float32, device=self._scale.device)
-        state["found_inf_per_device"] = self._unscale_grads_(optimizer, inv_scale, found_inf, True)
-        state["stage"] = OptState.UNSCALED
+        state = unscale_grads(self, optimizer, allow_fp16=True, found_inf_shape=(1,))
         if dist.is_available() and dist.is_initialized():  # the ranks agree on whether any found inf
             works = [dist.all_reduce(f, async_op=True, group=self.process_group)
                      for f in state["found_inf_per_device"].values()]
