@@ -42,36 +42,32 @@ def _gpu(name: str, device: Any):
     return _cuda[name](CONFIG.physical_indices[_index(device)])
 
 
+def _gpu_reading(name: str, device: Any) -> int:
+    """A reading only the GPU (the cuda driver's NVML) takes; the host driver says so."""
+    if CONFIG.driver == "cuda":
+        return _gpu(name, device)
+    _index(device)
+    raise _host_only(name)
+
+
 def utilization(device: Any = None) -> int:
     """Percent of the last sample period during which a kernel ran on the device."""
-    if CONFIG.driver == "cuda":
-        return _gpu("utilization", device)
-    _index(device)
-    raise _host_only("utilization")
+    return _gpu_reading("utilization", device)
 
 
 def memory_usage(device: Any = None) -> int:
     """Percent of the last sample period during which device memory was read or written."""
-    if CONFIG.driver == "cuda":
-        return _gpu("memory_usage", device)
-    _index(device)
-    raise _host_only("memory_usage")
+    return _gpu_reading("memory_usage", device)
 
 
 def temperature(device: Any = None) -> int:
     """The device's temperature in degrees Celsius."""
-    if CONFIG.driver == "cuda":
-        return _gpu("temperature", device)
-    _index(device)
-    raise _host_only("temperature")
+    return _gpu_reading("temperature", device)
 
 
 def power_draw(device: Any = None) -> int:
     """The device's power draw in milliwatts."""
-    if CONFIG.driver == "cuda":
-        return _gpu("power_draw", device)
-    _index(device)
-    raise _host_only("power_draw")
+    return _gpu_reading("power_draw", device)
 
 
 def clock_rate(device: Any = None) -> int:

@@ -215,16 +215,20 @@ def _walk_dollar(path, line, value, what):
             _walk_dollar(path, line, v, what)
 
 
+def _check_keys(path, raw, allowed, what: str, shown: str | None = None) -> None:
+    """SuiteError at the first key of ``raw`` not in ``allowed``: ``<what> 'k' (allowed: ...)``."""
+    unknown = set(raw) - allowed
+    if unknown:
+        k = sorted(unknown)[0]
+        raise SuiteError(path, _line(raw, k), f"{what} {k!r} (allowed: {shown or ', '.join(sorted(allowed))})")
+
+
 def _parse_input(path, raw, idx, case_name) -> InputSpec:
     line = _line(raw)
     if not isinstance(raw, dict):
         raise SuiteError(path, line, f"case {case_name!r}: input #{idx} must be a mapping "
                          f"with at least 'shape'")
-    unknown = set(raw) - INPUT_KEYS
-    if unknown:
-        k = sorted(unknown)[0]
-        raise SuiteError(path, _line(raw, k), f"case {case_name!r}: unknown input key {k!r} "
-                         f"(allowed: {', '.join(sorted(INPUT_KEYS))})")
+    _check_keys(path, raw, INPUT_KEYS, f"case {case_name!r}: unknown input key")
     if "shape" not in raw:
         raise SuiteError(path, line, f"case {case_name!r}: input #{idx} has no 'shape'")
     shape = raw["shape"]
@@ -271,11 +275,8 @@ def _parse_configs(path, raw_configs, case_name, case_line):
         if not isinstance(c, dict):
             raise SuiteError(path, line, f"case {case_name!r}: a config must be a mapping with "
                              f"'tags' and 'cross' or 'list'")
-        unknown = set(c) - CONFIG_KEYS
-        if unknown:
-            k = sorted(unknown)[0]
-            raise SuiteError(path, _line(c, k), f"case {case_name!r}: unknown config key {k!r} "
-                             f"(allowed: tags, cross, list, dtypes)")
+        _check_keys(path, c, CONFIG_KEYS, f"case {case_name!r}: unknown config key",
+                    "tags, cross, list, dtypes")
         tags = c.get("tags", ["short"])
         if isinstance(tags, str):
             tags = [tags]
@@ -327,11 +328,7 @@ def _parse_case(path, suite_name, raw) -> CaseSpec:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise SuiteError(path, line, "case has no 'name'")
-    unknown = set(raw) - CASE_KEYS
-    if unknown:
-        k = sorted(unknown)[0]
-        raise SuiteError(path, _line(raw, k), f"case {name!r}: unknown key {k!r} "
-                         f"(allowed: {', '.join(sorted(CASE_KEYS))})")
+    _check_keys(path, raw, CASE_KEYS, f"case {name!r}: unknown key")
     if ("op" in raw) == ("expr" in raw):
         raise SuiteError(path, line, f"case {name!r}: needs exactly one of 'op' or 'expr'")
     if "expr" in raw:
@@ -437,11 +434,7 @@ def parse_suite(text: str, path: str = "<string>") -> Suite:
         loader.dispose()
     if not isinstance(data, dict):
         raise SuiteError(path, _line(data, default=1), "a suite file must be a mapping with 'cases'")
-    unknown = set(data) - SUITE_KEYS
-    if unknown:
-        k = sorted(unknown)[0]
-        raise SuiteError(path, _line(data, k), f"unknown top-level key {k!r} "
-                         f"(allowed: {', '.join(sorted(SUITE_KEYS))})")
+    _check_keys(path, data, SUITE_KEYS, "unknown top-level key")
     default_name = os.path.splitext(os.path.basename(path))[0]
     name = str(data.get("suite", default_name))
     cases_raw = data.get("cases")
