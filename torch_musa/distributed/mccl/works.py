@@ -146,12 +146,7 @@ class _Completer:
     def _run(self):
         while True:
             work, fut, errors, name, backend, tensors, value = self._q.get()
-            try:
-                work.wait()
-            except Exception as exc:  # noqa: BLE001
-                fail(fut, errors, named_error(name, backend, tensors, exc))
-            else:
-                fut.set_result(value)
+            _complete(fut, work.wait, errors, name, backend, tensors, value)
             del work, fut, errors, backend, tensors, value
             with self._lock:
                 self._idle += 1
@@ -208,23 +203,25 @@ def _resolved(name, backend, tensors, value, errors, fut):
     return value
 
 
-def _settle(out, name, backend, tensors, value, errors, fut):
+def _complete(out, wait, errors, name, backend, tensors, value):
+    """Complete ``out`` with ``value`` once ``wait()`` returns, or with the error it raised,
+    named after the collective."""
     try:
-        fut.value()
+        wait()
     except Exception as exc:  # noqa: BLE001
         fail(out, errors, named_error(name, backend, tensors, exc))
     else:
         out.set_result(value)
 
 
+def _settle(out, name, backend, tensors, value, errors, fut):
+    _complete(out, fut.value, errors, name, backend, tensors, value)
+
+
 def _settle_all(out, name, backend, tensors, value, errors, fut):
-    for sub in fut.value():
-        try:
-            sub.value()
-        except Exception as exc:  # noqa: BLE001
-            fail(out, errors, named_error(name, backend, tensors, exc))
-            return
-    out.set_result(value)
+    # collect_all's own failure completes ``out`` too (an exception left in this callback
+    # would leave ``out`` pending).
+    _complete(out, lambda: [sub.value() for sub in fut.value()], errors, name, backend, tensors, value)
 
 
 def finish(name, backend, work, async_op, value, tensors, has_future=True):
