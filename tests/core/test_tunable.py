@@ -183,3 +183,14 @@ def test_results_gather_matches_torch_cuda_tunable(tmp_path, monkeypatch):
     ours = {p: sorted((tmp_path / p).read_text().splitlines()) for p in ("res_full0.csv", "res_full1.csv")}
     assert ours == theirs
     assert len(ours["res_full0.csv"]) == 4  # one validator, three distinct results
+
+
+def test_cuda_driver_runs_torch_cuda_tunable(monkeypatch):
+    """Under the cuda driver every public function is torch.cuda.tunable's (checked here by
+    standing in for the driver and for torch.cuda.tunable's getter)."""
+    assert all(hasattr(getattr(mt, n), "__wrapped__") for n in mt.__all__)
+    monkeypatch.setattr(mt, "_on_gpu", lambda: True)
+    monkeypatch.setattr(torch.cuda.tunable, "get_max_tuning_duration", lambda: 77)
+    assert mt.get_max_tuning_duration() == 77
+    with pytest.raises(RuntimeError, match="torch.cuda.tunable has no write_file"):
+        mt.write_file("x.csv")

@@ -16,6 +16,7 @@ ignored, as their solutions choose no kernel here; ``PT_VERSION`` must match.
 from __future__ import annotations
 
 import atexit
+import functools
 import glob
 import os
 import shutil
@@ -54,6 +55,14 @@ def _cuda(name: str):
         raise RuntimeError(f"torch.musa.tunable.{name}: this PyTorch's torch.cuda.tunable has no "
                            f"{name} (it appends results to the file as it tunes)")
     return fn
+
+
+def _twin(fn):
+    """Under the cuda driver, torch.cuda.tunable's function of the same name runs instead."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        return _cuda(fn.__name__)(*args, **kwargs) if _on_gpu() else fn(*args, **kwargs)
+    return run
 
 
 def _env(name: str) -> str | None:
@@ -118,79 +127,68 @@ class _Context:
 _ctx = _Context()
 
 
+@_twin
 def enable(val: bool = True) -> None:
     """Switch TunableOp on or off (``PYTORCH_TUNABLEOP_ENABLED=1`` keeps it on)."""
-    if _on_gpu():
-        return torch.cuda.tunable.enable(val)
     _ctx.enabled = _check_bool("enable", val)
 
 
+@_twin
 def is_enabled() -> bool:
-    if _on_gpu():
-        return torch.cuda.tunable.is_enabled()
     return _env("PYTORCH_TUNABLEOP_ENABLED") == "1" or _ctx.enabled
 
 
+@_twin
 def tuning_enable(val: bool = True) -> None:
     """Allow tuning a GEMM that has no result yet (on by default; ``PYTORCH_TUNABLEOP_TUNING=0``
     turns it off). On the host driver tuning finds one kernel and records nothing."""
-    if _on_gpu():
-        return torch.cuda.tunable.tuning_enable(val)
     _ctx.tuning = _check_bool("tuning_enable", val)
 
 
+@_twin
 def tuning_is_enabled() -> bool:
-    if _on_gpu():
-        return torch.cuda.tunable.tuning_is_enabled()
     return _env("PYTORCH_TUNABLEOP_TUNING") != "0" and _ctx.tuning
 
 
+@_twin
 def record_untuned_enable(val: bool = True) -> None:
     """Record untuned GEMMs for offline tuning (``PYTORCH_TUNABLEOP_RECORD_UNTUNED=1``)."""
-    if _on_gpu():
-        return torch.cuda.tunable.record_untuned_enable(val)
     _ctx.record_untuned = _check_bool("record_untuned_enable", val)
 
 
+@_twin
 def record_untuned_is_enabled() -> bool:
-    if _on_gpu():
-        return torch.cuda.tunable.record_untuned_is_enabled()
     return _env("PYTORCH_TUNABLEOP_RECORD_UNTUNED") == "1" or _ctx.record_untuned
 
 
+@_twin
 def set_max_tuning_duration(duration: int) -> None:
     """Milliseconds to spend tuning one solution (30; negative counts as 0)."""
-    if _on_gpu():
-        return torch.cuda.tunable.set_max_tuning_duration(duration)
     _ctx.max_duration_ms = max(0, _check_int("set_max_tuning_duration", duration))
 
 
+@_twin
 def get_max_tuning_duration() -> int:
-    if _on_gpu():
-        return torch.cuda.tunable.get_max_tuning_duration()
     env = _env_int("PYTORCH_TUNABLEOP_MAX_TUNING_DURATION_MS")
     return max(0, env) if env is not None else _ctx.max_duration_ms
 
 
+@_twin
 def set_max_tuning_iterations(iterations: int) -> None:
     """Iterations to spend tuning one solution (100; negative counts as 0)."""
-    if _on_gpu():
-        return torch.cuda.tunable.set_max_tuning_iterations(iterations)
     _ctx.max_iterations = max(0, _check_int("set_max_tuning_iterations", iterations))
 
 
+@_twin
 def get_max_tuning_iterations() -> int:
-    if _on_gpu():
-        return torch.cuda.tunable.get_max_tuning_iterations()
     env = _env_int("PYTORCH_TUNABLEOP_MAX_TUNING_ITERATIONS")
     return max(0, env) if env is not None else _ctx.max_iterations
 
 
+@_twin
 def set_filename(filename: str, insert_device_ordinal: bool = False) -> None:
     """The results file. With ``insert_device_ordinal`` the current device's index replaces
     ``%d``, or goes before the last ``.``, or at the end (one file per device and process)."""
-    if _on_gpu():
-        return torch.cuda.tunable.set_filename(filename, insert_device_ordinal)
     if not isinstance(filename, str):
         raise RuntimeError(f"musa_tunableop_set_filename expects a string, but got {type(filename).__name__}")
     _check_bool("set_filename", insert_device_ordinal)
@@ -206,28 +204,25 @@ def set_filename(filename: str, insert_device_ordinal: bool = False) -> None:
     _ctx.filename = filename
 
 
+@_twin
 def get_filename() -> str:
     """The results file ('' until set or until TunableOp first reads its results)."""
-    if _on_gpu():
-        return torch.cuda.tunable.get_filename()
     return _ctx.filename
 
 
+@_twin
 def get_results() -> tuple[tuple[str, str, str, float], ...]:
     """Every result as ``(op, params, solution, time_ms)``: those read from results files (the
     host driver tunes nothing, so it adds none of its own)."""
-    if _on_gpu():
-        return torch.cuda.tunable.get_results()
     with _ctx.lock:
         return tuple((op, params, sol, t) for op, m in _ctx.manager().items()
                      for params, (sol, t) in m.items())
 
 
+@_twin
 def get_validators() -> tuple[tuple[str, str], ...]:
     """``(key, value)`` pairs a results file must match: the PyTorch version and the device
     (``MUSA_DEVICE``: ``major.minor:name``, as CUDA's ``CUDA_DEVICE``)."""
-    if _on_gpu():
-        return torch.cuda.tunable.get_validators()
     return tuple(_validators().items())
 
 
@@ -280,21 +275,19 @@ def _read(filename: str) -> bool:
     return True
 
 
+@_twin
 def read_file(filename: str | None = None) -> bool:
     """Load results from a TunableOp file (``get_filename()`` when not given). False when the
     file cannot be opened or its validators do not match."""
-    if _on_gpu():
-        return torch.cuda.tunable.read_file(filename)
     if filename is not None and not isinstance(filename, str):
         raise RuntimeError(f"musa_tunableop_read_file expects a string, but got {type(filename).__name__}")
     return _read(filename or get_filename())
 
 
+@_twin
 def write_file(filename: str | None = None) -> bool:
     """Write the validators and results to ``filename`` (``get_filename()`` when not given),
     as older torch.cuda.tunable releases do; False when it cannot be written."""
-    if _on_gpu():
-        return _cuda("write_file")(filename)
     if filename is not None and not isinstance(filename, str):
         raise RuntimeError(f"musa_tunableop_write_file expects a string, but got {type(filename).__name__}")
     with _ctx.lock:
@@ -311,11 +304,10 @@ def write_file(filename: str | None = None) -> bool:
         return True
 
 
+@_twin
 def write_file_on_exit(val: bool) -> None:
     """At exit, rewrite the results file when TunableOp and tuning are on and there are more
     results than were read (older torch.cuda.tunable releases; on by default)."""
-    if _on_gpu():
-        return _cuda("write_file_on_exit")(val)
     _ctx.write_on_exit = _check_bool("write_file_on_exit", val)
 
 
@@ -327,17 +319,15 @@ def _write_at_exit() -> None:
         write_file()
 
 
+@_twin
 def set_rotating_buffer_size(buffer_size: int) -> None:
     """Rotating buffer in MB (0: off; negative: the device's L2 cache size)."""
-    if _on_gpu():
-        return torch.cuda.tunable.set_rotating_buffer_size(buffer_size)
     _ctx.rotating_buffer = _check_int("set_rotating_buffer_size", buffer_size) * _MB
 
 
+@_twin
 def get_rotating_buffer_size() -> int:
     """The rotating buffer in bytes (the device's L2 cache size unless set non-negative)."""
-    if _on_gpu():
-        return torch.cuda.tunable.get_rotating_buffer_size()
     env = _env_int("PYTORCH_TUNABLEOP_ROTATING_BUFFER_SIZE")
     size = env * _MB if env is not None else _ctx.rotating_buffer
     if size < 0:
@@ -345,10 +335,9 @@ def get_rotating_buffer_size() -> int:
     return size
 
 
+@_twin
 def set_numerical_check_tolerances(enable: bool, atol: float = 1e-5, rtol: float = 1e-5) -> None:
     """Compare each candidate's output with the default kernel's within atol/rtol (both > 0)."""
-    if _on_gpu():
-        return torch.cuda.tunable.set_numerical_check_tolerances(enable, atol, rtol)
     if not (atol > 0.0 and rtol > 0.0):
         raise RuntimeError(f"Numerical check tolerances must be positive (atol={atol}, rtol={rtol})")
     _ctx.numerics = (bool(enable), float(atol), float(rtol))
@@ -359,12 +348,11 @@ def _gemm_lines(filename: str) -> list[str]:
         return [line for line in f if line.startswith(("Gemm", "ScaledGemm"))]
 
 
+@_twin
 def tune_gemm_in_file(filename: str) -> None:
     """Tune the untuned GEMMs a ``record_untuned`` run listed in ``filename``. Needs TunableOp
     and tuning on. The host driver has one kernel per GEMM: it reads the file and records
     nothing."""
-    if _on_gpu():
-        return torch.cuda.tunable.tune_gemm_in_file(filename)
     if not is_enabled():
         raise AssertionError("TunableOp is not enabled")
     if not tuning_is_enabled():
@@ -372,13 +360,12 @@ def tune_gemm_in_file(filename: str) -> None:
     _gemm_lines(filename)
 
 
+@_twin
 def mgpu_tune_gemm_in_file(filename_pattern: str, num_gpus: int) -> None:
     """Tune the GEMMs of every untuned file matching ``filename_pattern`` over ``num_gpus``
     devices, then merge the per-device results files into ``..._full0`` and copy it once per
     device, as torch.cuda.tunable does. On the host driver nothing is tuned, so only the
     merge of existing results files happens."""
-    if _on_gpu():
-        return torch.cuda.tunable.mgpu_tune_gemm_in_file(filename_pattern, num_gpus)
     total = device_count()
     if not 1 <= num_gpus <= total:
         raise AssertionError(f"num_gpus must be between 1 and {total}, got {num_gpus}")
