@@ -39,6 +39,18 @@ from torch_musa.ops import rnn_cells as _rnn_cells  # noqa: E402
 from torch_musa.ops import sync_batch_norm as _sync_batch_norm  # noqa: E402
 
 torch._register_device_module("musa", _musa_module)
+
+
+def _musa_extension_name(name: str):
+    def load():
+        import torch_musa.utils.musa_extension as ext  # noqa: PLC0415  (setuptools: ~0.4 s)
+
+        return getattr(ext, name)
+
+    return load
+
+
+_musa_module._provided.update({n: _musa_extension_name(n) for n in ("BuildExtension", "MUSAExtension")})
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )

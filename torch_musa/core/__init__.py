@@ -31,6 +31,7 @@ from torch_musa.core.device import (
     synchronize,
 )
 from torch_musa.core.graphs import (
+    _POOL_HANDLE,
     MUSAGraph,
     graph,
     graph_pool_handle,
@@ -69,6 +70,8 @@ from torch_musa.core.memory import (
     use_mem_pool,
     use_unified_cpu_allocator,
 )
+# The real torch_musa exports these at its top level (torch.cuda keeps them in torch.cuda.memory).
+from torch_musa.core.memory import _dump_snapshot, _record_memory_history, _snapshot
 from torch_musa.core.random import (
     default_generators as _default_generators,
     get_rng_state,
@@ -130,10 +133,12 @@ from torch_musa.core.runtime_api import (
     reset_peak_host_memory_stats,
 )
 from torch_musa.core.sync_debug import get_sync_debug_mode, set_sync_debug_mode
+from torch_musa.core.tensor_types import make_storages as _make_storages
 from torch_musa.core.tensor_types import make_types as _make_types
 
 globals().update(_make_types())
-del _make_types
+globals().update(_make_storages())
+del _make_types, _make_storages
 
 
 def get_amp_supported_dtype():
@@ -149,7 +154,15 @@ def _is_compiled() -> bool:
     return _C._driver_name() == _CONFIG.driver
 
 
+# Names of torch.musa that live in layers above it, registered by the package root as
+# loaders and loaded on first use (the real torch_musa's torch.musa.BuildExtension and
+# MUSAExtension are torch_musa.utils.musa_extension's, whose setuptools import is slow).
+_provided: dict = {}
+
+
 def __getattr__(name: str):
+    if name in _provided:
+        return _provided[name]()
     if name == "default_generators":  # a tuple built on each read, as devices may be narrowed
         return _default_generators()
     # `_initialized` reads live, as torch.cuda's module global does

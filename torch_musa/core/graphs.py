@@ -50,6 +50,8 @@ __all__ = [
 ]
 
 _CUDA = CONFIG.driver == "cuda"
+# graph_pool_handle()'s type (torch.cuda._POOL_HANDLE): a pool id, (0, n) or (n, 0).
+_POOL_HANDLE = torch.cuda._POOL_HANDLE
 _MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
 _pools: "weakref.WeakValueDictionary[tuple[int, int], _Pool]" = weakref.WeakValueDictionary()
 _pools_lock = threading.Lock()
@@ -65,11 +67,11 @@ def is_current_stream_capturing() -> bool:
     return _C._stream_is_capturing(s.device_index, s.stream_id)
 
 
-def graph_pool_handle() -> tuple[int, int]:
+def graph_pool_handle() -> _POOL_HANDLE:
     """An opaque token naming a graph memory pool, to share one pool between captures."""
     if _CUDA:
         return torch.cuda.graph_pool_handle()
-    return tuple(_C._mempool_new_id(True))
+    return _POOL_HANDLE(tuple(_C._mempool_new_id(True)))
 
 
 class _Pool:

@@ -1,7 +1,10 @@
-"""Legacy type names (torch.musa.FloatTensor, ...), as torch.cuda has them."""
+"""Legacy type names (torch.musa.FloatTensor, ..., torch.musa.FloatStorage, ...), as
+torch.cuda has them."""
 from __future__ import annotations
 
 import torch
+from torch._utils import classproperty
+from torch.storage import _LegacyStorage, _warn_typed_storage_removal
 
 _TYPES = {
     "DoubleTensor": torch.float64, "FloatTensor": torch.float32,
@@ -26,3 +29,52 @@ class _LegacyTensorType(type):
 def make_types() -> dict[str, type]:
     return {name: _LegacyTensorType(name, (), {"dtype": dtype, "is_musa": True})
             for name, dtype in _TYPES.items()}
+
+
+_STORAGES = {
+    "DoubleStorage": torch.float64, "FloatStorage": torch.float32, "HalfStorage": torch.float16,
+    "BFloat16Storage": torch.bfloat16, "LongStorage": torch.int64, "IntStorage": torch.int32,
+    "ShortStorage": torch.int16, "CharStorage": torch.int8, "ByteStorage": torch.uint8,
+    "BoolStorage": torch.bool, "ComplexDoubleStorage": torch.complex128,
+    "ComplexFloatStorage": torch.complex64,
+}
+
+
+class _MusaLegacyStorage(_LegacyStorage):
+    """A typed storage on musa (torch.cuda's legacy storage classes' twin). Its module is
+    ``torch.musa``, which is how TypedStorage places it on the musa device and how
+    ``storage.type()`` of a musa tensor names it."""
+
+    @classmethod
+    def from_buffer(cls, *args, **kwargs):
+        _warn_typed_storage_removal()
+        raise RuntimeError("from_buffer: Not available for musa storage")
+
+    @classmethod
+    def _new_with_weak_ptr(cls, *args, **kwargs):
+        raise RuntimeError("_new_with_weak_ptr: Not available for musa storage")
+
+    @classmethod
+    def _new_shared_filename(cls, manager, obj, size, *, device=None, dtype=None):
+        raise RuntimeError("_new_shared_filename: Not available for musa storage")
+
+
+def _storage_class(name: str, dtype: torch.dtype) -> type:
+    def _dtype(cls):
+        return dtype
+
+    def public_dtype(cls):
+        _warn_typed_storage_removal()
+        return cls._dtype
+
+    return type(_MusaLegacyStorage)(name, (_MusaLegacyStorage,), {
+        "__module__": "torch.musa", "__qualname__": name,
+        "_dtype": classproperty(_dtype), "dtype": classproperty(public_dtype)})
+
+
+def make_storages() -> dict[str, type]:
+    """The storage classes, registered with torch (``torch.is_storage`` knows them)."""
+    out = {name: _storage_class(name, dtype) for name, dtype in _STORAGES.items()}
+    for cls in out.values():
+        torch._storage_classes.add(cls)
+    return out
