@@ -201,15 +201,28 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, 
 
 
 def _host_flash_applies(query, key, value, mask, is_causal, enable_gqa) -> bool:
-    """float32 attention without dropout, flash allowed: the host driver's
+    """float32/float64 attention without dropout, flash allowed: the host driver's
     kernels are the CPU's, so use the CPU's own fused (tiled, online-softmax)
-    kernel where the CPU device itself would, instead of the op-by-op math path."""
-    return (torch._C._get_flash_sdp_enabled() and query.dtype == torch.float32
-            and query.dim() == 4 and key.dim() == 4 and value.dim() == 4 and not enable_gqa
+    kernel where the CPU device itself would (its ``use_flash_attention_cpp``
+    rule: float64 and grouped-query attention included), instead of the op-by-op
+    math path, so that musa and the CPU give the same bits."""
+    if not (torch._C._get_flash_sdp_enabled() and query.dtype in _HOST_FLASH_DTYPES
+            and query.dim() == 4 and key.dim() == 4 and value.dim() == 4):
+        return False
+    hq, hk = query.size(1), key.size(1)
+    heads_ok = hq == hk == value.size(1) or (
+        enable_gqa and hk == value.size(1) and hk > 0 and hq % hk == 0)
+    return (heads_ok
             and query.size(-1) == key.size(-1) == value.size(-1)
-            and query.size(1) == key.size(1) == value.size(1)
+            and query.size(2) > 0 and key.size(2) > 0
+            and query.stride(-1) == key.stride(-1) == value.stride(-1) == 1
             and not (mask is not None and is_causal)
-            and (mask is None or mask.dtype == torch.float32))
+            # A mask that requires grad (T5's learned position bias) takes the math
+            # path, as on the CPU device: the CPU flash kernel has no mask gradient.
+            and (mask is None or (mask.dtype == query.dtype and not mask.requires_grad)))
+
+
+_HOST_FLASH_DTYPES = (torch.float32, torch.float64)
 
 
 def register() -> None:
