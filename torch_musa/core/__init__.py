@@ -92,10 +92,11 @@ from torch_musa.core.streams import (
     _sleep,
     current_stream,
     default_stream,
+    get_stream_from_external,
     set_stream,
     stream,
 )
-from torch_musa.core import monitoring, mudnn, runtime_api, sync_debug, tunable, version
+from torch_musa.core import monitoring, mudnn, profiler, runtime_api, sync_debug, tunable, version
 from torch_musa.core.mudnn import flags, set_flags
 
 version.install()  # torch.version.musa
@@ -122,23 +123,29 @@ from torch_musa.core.runtime_api import (
     check_error,
     current_blas_handle,
     current_blaslt_handle,
+    current_solver_handle,
     fork_rng,
     get_per_process_memory_fraction,
     host_memory_stats,
     host_memory_stats_as_nested_dict,
+    has_half,
+    has_magma,
     ipc_collect,
     is_tf32_supported,
+    musaStatus,
     musart,
     reset_accumulated_host_memory_stats,
     reset_peak_host_memory_stats,
 )
 from torch_musa.core.sync_debug import get_sync_debug_mode, set_sync_debug_mode
+from torch_musa.core.tensor_types import make_sparse_module as _make_sparse_module
 from torch_musa.core.tensor_types import make_storages as _make_storages
 from torch_musa.core.tensor_types import make_types as _make_types
 
 globals().update(_make_types())
 globals().update(_make_storages())
-del _make_types, _make_storages
+sparse = _make_sparse_module(__name__ + ".sparse")
+del _make_types, _make_storages, _make_sparse_module
 
 
 def get_amp_supported_dtype():

@@ -24,7 +24,7 @@ from torch_musa.core import _lazy
 from torch_musa.core.device import _get_device_index, current_device, is_available
 
 _cuda = {name: getattr(torch.cuda, name) for name in (
-    "cudart", "current_blas_handle", "ipc_collect", "is_tf32_supported", "mem_get_info")
+    "cudart", "current_blas_handle", "current_solver_handle", "ipc_collect", "is_tf32_supported", "mem_get_info")
     if hasattr(torch.cuda, name)}
 
 
@@ -85,6 +85,20 @@ class _MusaErrorCode(enum.IntEnum):
     invalidDevice = 101
     notReady = 600
     notSupported = 801
+
+
+class musaStatus:  # noqa: N801 (torch.cuda.cudaStatus's spelling)
+    """The status codes stream and event queries compare against (torch.cuda.cudaStatus's
+    twin), with the runtime's numbers: not-ready is musaErrorNotReady, 600."""
+
+    SUCCESS: int = int(_MusaErrorCode.success)
+    ERROR_NOT_READY: int = int(_MusaErrorCode.notReady)
+
+
+# torch.cuda's build facts: every musa card computes float16; MAGMA is not part of
+# musa (the host driver's linear algebra is LAPACK's; the cuda driver's is CUDA's build's).
+has_half: bool = True
+has_magma: bool = bool(torch.cuda.has_magma) if CONFIG.driver == "cuda" else False
 
 
 _ERROR_TEXT = {
@@ -190,6 +204,16 @@ def current_blas_handle() -> int:
         with torch.cuda.device(current_device()):
             return _cuda["current_blas_handle"]()
     return _host_handle("blas")
+
+
+def current_solver_handle() -> int:
+    """The current thread's dense-solver (muSOLVER; cuSOLVER's twin) handle on the current
+    device. The host driver's solver is the CPU's LAPACK: one context per (thread, device)."""
+    _lazy._lazy_init()
+    if _on_gpu():
+        with torch.cuda.device(current_device()):
+            return _cuda["current_solver_handle"]()
+    return _host_handle("solver")
 
 
 def current_blaslt_handle() -> int:

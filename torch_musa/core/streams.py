@@ -73,6 +73,13 @@ class ExternalStream(Stream):
         )
 
 
+def get_stream_from_external(data_ptr: int, device: Any = None) -> Stream:
+    """A :class:`Stream` for a stream another library created (its native handle as an
+    int), on ``device``; the caller keeps that stream alive (torch.cuda's function)."""
+    ext = ExternalStream(data_ptr, device)
+    return Stream(stream_id=ext.stream_id, device_index=ext.device_index, device_type=ext.device_type)
+
+
 def _device_type_code() -> int:
     # torch.Stream(stream_id=, device_index=, device_type=) takes the c10
     # DeviceType code; PrivateUse1 is 20.

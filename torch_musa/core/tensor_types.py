@@ -2,6 +2,9 @@
 torch.cuda has them."""
 from __future__ import annotations
 
+import sys
+import types
+
 import torch
 from torch._utils import classproperty
 from torch.storage import _LegacyStorage, _warn_typed_storage_removal
@@ -78,3 +81,35 @@ def make_storages() -> dict[str, type]:
     for cls in out.values():
         torch._storage_classes.add(cls)
     return out
+
+
+class _LegacySparseType(type):
+    """torch.cuda.sparse.FloatTensor's musa twin: sparse COO tensors of one dtype on musa."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return (isinstance(obj, torch.Tensor) and obj.layout == torch.sparse_coo
+                and obj.device.type == "musa" and obj.dtype == cls.dtype)
+
+    def __call__(cls, *args, device="musa"):
+        """``(indices, values[, size])`` as torch.sparse_coo_tensor, or ``(*sizes)`` for an
+        empty one, on the current musa device."""
+        if args and isinstance(args[0], torch.Tensor):
+            if len(args) not in (2, 3):
+                raise TypeError(f"torch.musa.sparse.{cls.__name__}(indices, values[, size]): "
+                                f"got {len(args)} tensors/arguments")
+            return torch.sparse_coo_tensor(*args, dtype=cls.dtype, device=device)
+        return torch.sparse_coo_tensor(torch.empty((len(args), 0), dtype=torch.int64),
+                                       torch.empty(0, dtype=cls.dtype), args, device=device)
+
+
+def make_sparse_module(name: str) -> types.ModuleType:
+    """``torch.musa.sparse``: the legacy sparse type names, the nine torch.sparse has (the
+    dense ones but BoolTensor)."""
+    mod = types.ModuleType(name, "Legacy sparse COO tensor types on musa (torch.cuda.sparse's).")
+    for type_name, dtype in _TYPES.items():
+        if type_name == "BoolTensor":
+            continue
+        setattr(mod, type_name, _LegacySparseType(type_name, (), {"dtype": dtype, "is_musa": True,
+                                                                  "is_sparse": True}))
+    sys.modules[name] = mod  # importable, as torch.cuda.sparse is
+    return mod
