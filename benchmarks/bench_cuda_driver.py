@@ -5,7 +5,8 @@ Run on a machine with an NVIDIA GPU (scripts/gpu_run.sh does it):
     TORCH_MUSA_DRIVER=cuda python benchmarks/bench_cuda_driver.py --out benchmarks/results
 
 Per-op times for small (launch-bound) and large ops, and a GPT-2-small training
-step (random initialisation, bf16 autocast, fused AdamW), each measured in
+step (random initialisation, bf16 autocast, fused AdamW) eager and under
+``torch.compile`` (``--train``), each measured in
 alternating rounds on musa and on cuda; the ratio is median(musa) / median(cuda).
 The native-cuda training step runs in a worker process without torch_musa,
 driven round by round from this one: once a PrivateUse1 backend is registered,
@@ -104,8 +105,9 @@ def print_row(r):
           f"{r['ratio']:>7.3f} {r['target']:>7.2f}  {ok}", flush=True)
 
 
-def gpt2_step(device: str, batch: int, seq: int):
-    """A GPT-2-small training step on ``device``, same weights and data everywhere."""
+def gpt2_step(device: str, batch: int, seq: int, compiled: bool = False):
+    """A GPT-2-small training step on ``device``, same weights and data everywhere;
+    ``compiled``: the model under ``torch.compile`` (Inductor, default mode)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -114,10 +116,11 @@ def gpt2_step(device: str, batch: int, seq: int):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     x = torch.randint(0, config.vocab_size, (batch, seq),
                       generator=torch.Generator().manual_seed(1)).to(device)
+    forward = torch.compile(model) if compiled else model
 
     def step():
         with torch.autocast(device, dtype=torch.bfloat16):
-            loss = model(input_ids=x, labels=x).loss
+            loss = forward(input_ids=x, labels=x).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -151,14 +154,14 @@ def profile_step(step, device: str, steps: int, path: str) -> dict:
     return {"issue_ms": issued / steps * 1e3, "wall_ms": wall / steps * 1e3}
 
 
-def cuda_worker(batch: int, seq: int, steps: int) -> int:
+def cuda_worker(batch: int, seq: int, steps: int, compiled: bool) -> int:
     """Native-cuda side of the training benchmark (a process without torch_musa).
 
     Answers each line on stdin: 'warmup' with the loss, 'round' with seconds per step.
     """
     # transformers imports torch_musa whenever it is installed; hide it here.
     sys.modules["torch_musa"] = None
-    step = gpt2_step("cuda", batch, seq)
+    step = gpt2_step("cuda", batch, seq, compiled)
     for line in sys.stdin:
         if line.strip() == "warmup":
             print(step().item(), flush=True)
@@ -169,18 +172,20 @@ def cuda_worker(batch: int, seq: int, steps: int) -> int:
     return 0
 
 
-def bench_gpt2(rounds: int, steps: int, batch: int, seq: int, profile_dir: str | None = None) -> dict:
+def bench_gpt2(rounds: int, steps: int, batch: int, seq: int, profile_dir: str | None = None,
+               compiled: bool = False) -> dict:
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     worker = subprocess.Popen(
         [sys.executable, __file__, "--cuda-worker", "--batch", str(batch), "--seq", str(seq),
-         "--steps", str(steps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+         "--steps", str(steps)] + (["--compiled"] if compiled else []),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def ask(cmd: str, parse=float):
         worker.stdin.write(cmd + "\n")
         worker.stdin.flush()
         return parse(worker.stdout.readline())
 
-    musa_step = gpt2_step("musa", batch, seq)
+    musa_step = gpt2_step("musa", batch, seq, compiled)
     losses = {"musa": [], "cuda": []}
     for _ in range(3):  # warm-up steps (allocator, kernel choice)
         losses["musa"].append(musa_step().item())
@@ -189,7 +194,7 @@ def bench_gpt2(rounds: int, steps: int, batch: int, seq: int, profile_dir: str |
     for _ in range(rounds):
         times["musa"].append(time_loop(musa_step, "musa", steps))
         times["cuda"].append(ask("round"))
-    if profile_dir:
+    if profile_dir and not compiled:
         for side, prof in (("musa", lambda p: profile_step(musa_step, "musa", steps, p)),
                            ("cuda", lambda p: ask(f"profile {p}", json.loads))):
             got = prof(os.path.join(profile_dir, f"cuda_driver_gpt2_profile_{side}.txt"))
@@ -197,7 +202,8 @@ def bench_gpt2(rounds: int, steps: int, batch: int, seq: int, profile_dir: str |
                   flush=True)
     worker.stdin.close()
     worker.wait(timeout=60)
-    row = summarise(f"GPT-2 small step b{batch}x{seq} bf16", "train", times)
+    label = "GPT-2 small step compiled" if compiled else "GPT-2 small step"
+    row = summarise(f"{label} b{batch}x{seq} bf16", "train", times)
     row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
     row["warmup_losses"] = losses
     print_row(row)
@@ -257,13 +263,16 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--train", choices=("eager", "compiled", "both"), default="both",
+                    help="the GPT-2 step eager, under torch.compile, or both (default)")
+    ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also write torch.profiler tables of the training step (cuda_driver_gpt2_profile_*.txt)")
     ap.add_argument("--cuda-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cuda_worker:
-        return cuda_worker(args.batch, args.seq, args.steps)
+        return cuda_worker(args.batch, args.seq, args.steps, args.compiled)
     from torch_musa.config import CONFIG  # not in the worker: see the module docstring
 
     if CONFIG.driver != "cuda":
@@ -272,8 +281,9 @@ def main(argv=None) -> int:
     print(f"{'work':<28} {'musa µs':>12} {'cuda µs':>12} {'ratio':>7} {'target':>7}")
     rows = [] if args.skip_ops else bench_ops(args.rounds)
     if not args.skip_train:
-        rows.append(bench_gpt2(max(3, args.rounds - 2), args.steps, args.batch, args.seq,
-                               args.out if args.profile else None))
+        for compiled in {"eager": [False], "compiled": [True], "both": [False, True]}[args.train]:
+            rows.append(bench_gpt2(max(3, args.rounds - 2), args.steps, args.batch, args.seq,
+                                   args.out if args.profile else None, compiled))
     write(args.out, {"machine": machine(), "rounds": args.rounds, "rows": rows})
     return 0
 

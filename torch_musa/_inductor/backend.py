@@ -12,7 +12,7 @@ is Inductor's ``CppScheduling``. What differs from the CPU device is the wrapper
 
 A post-grad pass refuses dtypes the hardware profile lacks, as eager's kernels do
 (the compiled kernels never pass through them). Under the cuda driver musa memory
-is GPU memory: CPU kernels cannot touch it, so the backend says so instead.
+is GPU memory: each graph is compiled for the GPU instead (``kernel_device.py``).
 """
 from __future__ import annotations
 
@@ -152,9 +152,9 @@ class ProfileDtypeCheck(CustomGraphModulePass):
 
 def _cuda_driver_scheduling(scheduler):
     raise RuntimeError(
-        "torch.compile's Inductor backend for musa runs only under the host driver "
-        "(TORCH_MUSA_DRIVER=host): under the cuda driver musa memory is GPU memory, and the "
-        "Triton code generation for it is not implemented. Use backend='aot_eager' or 'eager'.")
+        "torch.compile on musa under the cuda driver compiles each graph for the GPU "
+        "(torch_musa/_inductor/kernel_device.py); Inductor reached code generation for a "
+        "musa buffer, which that move should have made a cuda one. Please report the model.")
 
 
 _CPP_DEVICES = ("cpu", DEVICE)
@@ -201,13 +201,51 @@ def _answer_as_cpp_code_for_musa() -> None:
             module.get_current_backend = _get_current_backend
 
 
+_stock_bernoulli_p = None
+
+
+def _musa_bernoulli_p(x, *args, **kwargs):
+    if torch._inductor.config.fallback_random and get_device_type(x) == DEVICE:
+        return _bernoulli_p_fallback(x, *args, **kwargs)
+    return _stock_bernoulli_p(x, *args, **kwargs)
+
+
+def _lower_bernoulli_p_as_one_fallback() -> None:
+    """With ``fallback_random``, lower ``aten.bernoulli.p`` on musa as one call of the op.
+
+    musa's ``dropout`` is the CPU device's composite (``empty_like(x).bernoulli_(1 - p)``,
+    see csrc/aten/native_kernels.cpp), so a training graph holds ``bernoulli.p(empty)``
+    where the CPU's holds ``native_dropout``. Inductor lowers ``bernoulli.p`` as an
+    in-place ``bernoulli_`` over a clone of its input; when that result is also saved for
+    backward, its scheduler fuses the clone (of an ``empty``: NaN) with the consumers and
+    runs the ``bernoulli_`` after them, so SDPA with dropout returned NaN (the same graph
+    on the CPU device does too). The functional op draws the same numbers as eager.
+    """
+    global _stock_bernoulli_p, _bernoulli_p_fallback
+    from torch._inductor.lowering import fallback_handler, lowerings
+
+    aten_op = torch.ops.aten.bernoulli.p
+    if lowerings.get(aten_op) is _musa_bernoulli_p:
+        return
+    _stock_bernoulli_p = lowerings[aten_op]
+    _bernoulli_p_fallback = fallback_handler(aten_op, add_to_fallback_set=False)
+    lowerings[aten_op] = _musa_bernoulli_p
+
+
+_bernoulli_p_fallback = None
+
+
 def register() -> None:
     """Register the musa backend with Inductor (idempotent)."""
     if CONFIG.driver == "host":
         scheduling = CppScheduling
         _answer_as_cpp_code_for_musa()
+        _lower_bernoulli_p_as_one_fallback()
     else:
         scheduling = _cuda_driver_scheduling
+        from torch_musa._inductor import kernel_device
+
+        kernel_device.install("cuda")
     from torch_musa._inductor.aoti import MusaCppWrapperCpu
 
     register_backend_for_device(

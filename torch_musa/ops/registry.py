@@ -43,7 +43,10 @@ def register_customized() -> None:
         name = schema.split("(")[0]
         lib.define(schema)
         lib.impl(name, _guarded(fn, device_guard), "PrivateUse1")
+        # Device-agnostic Python: the same function serves the kernel devices (CPU
+        # here, CUDA where compiled musa graphs run as CUDA graphs).
         lib.impl(name, fn, "CPU")
+        lib.impl(name, fn, "CUDA")
         qualified = f"{namespace}::{name}"
         if name in custom.FAKE:
             torch.library.register_fake(qualified, custom.FAKE[name], lib=lib)

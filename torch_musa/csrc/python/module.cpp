@@ -15,6 +15,7 @@
 #include <torch/extension.h>
 
 #include <map>
+#include <unordered_map>
 #include <optional>
 
 namespace torch_musa {
@@ -173,6 +174,27 @@ PYBIND11_MODULE(_C, m) {
   m.attr("_kernel_alias_capi") = py::capsule(
       reinterpret_cast<void*>(static_cast<at::Tensor (*)(const at::Tensor&)>(&kernel_alias)),
       "torch_musa._C._kernel_alias_capi");
+  // The way back: kernel-device tensors (results of code compiled for the
+  // kernel device, torch_musa/_inductor/kernel_device.py) as musa tensors on
+  // `device`. Device memory is shared where the driver's kernels run on a device
+  // (cuda), host results are copied; tensors that shared a storage share one.
+  m.def("_from_kernel_tensors", [](const std::vector<at::Tensor>& ts, int device) {
+    const c10::Device kd = kernel_device(c10::DeviceIndex(device));
+    std::unordered_map<const c10::StorageImpl*, c10::Storage> storages;
+    std::vector<at::Tensor> out;
+    out.reserve(ts.size());
+    for (const at::Tensor& t : ts) {
+      TORCH_CHECK(t.defined() && t.device().type() == kd.type(),
+                  "_from_kernel_tensors expects ", kd.type(), " tensors, got ",
+                  t.defined() ? t.device().str() : std::string("an undefined tensor"));
+      const c10::DeviceIndex d = t.device().has_index() ? t.device().index()
+                                                        : c10::DeviceIndex(device);
+      auto [hit, fresh] = storages.try_emplace(t.storage().unsafeGetStorageImpl());
+      if (fresh) hit->second = adopt_storage(t, d, /*refs_on_stack=*/0);
+      out.push_back(musa_tensor_over(hit->second, t));
+    }
+    return out;
+  });
   m.def("_register_fallback_ops", &register_fallback_for);
   init_nan_check(m);
   init_memory(m);  // python/memory.cpp

@@ -1,0 +1,124 @@
+"""The cuda driver's compile route (torch_musa/_inductor/kernel_device.py), run here with
+the CPU as the kernel device: musa graphs are moved to the kernel device after AOTAutograd,
+compiled by Inductor's stock path for it, and called through aliases; autograd stays on musa.
+Under the cuda driver the same route compiles for the GPU (scripts/gpu_run.sh runs this file
+there through the default backend)."""
+import copy
+
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+from torch import nn
+from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+from torch_musa import _C
+from torch_musa._inductor.kernel_device import KernelDeviceCompile, move_graph
+from torch_musa.config import CONFIG
+
+KIND = "cuda" if CONFIG.driver == "cuda" else "cpu"
+TOL = dict(atol=2e-5, rtol=2e-4) if KIND == "cpu" else dict(atol=2e-3, rtol=2e-3)
+
+
+def _backend(calls):
+    """torch.compile's Inductor, with every inner compilation moved to the kernel device."""
+    def inner(gm, example_inputs, *args, **kwargs):
+        calls.append([str(n.meta["val"].device) for n in gm.graph.find_nodes(op="placeholder")
+                      if isinstance(n.meta.get("val"), torch.Tensor)])
+        return compile_fx_inner(gm, example_inputs, *args, **kwargs)
+
+    def backend(gm, example_inputs):
+        if KIND == "cuda":  # the default backend already moves (backend.register)
+            return compile_fx(gm, example_inputs, inner_compile=inner)
+        return compile_fx(gm, example_inputs, inner_compile=KernelDeviceCompile(inner, KIND))
+    return backend
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_training_step_compiles_for_the_kernel_device_and_matches_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+    x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
+    results = {}
+    calls = []
+    for label in ("compiled", "eager"):
+        m = copy.deepcopy(model).to("musa")
+        fn = torch.compile(m, backend=_backend(calls)) if label == "compiled" else m
+        out = fn(x.to("musa"))
+        loss = F.cross_entropy(out, y.to("musa"))
+        loss.backward()
+        assert out.device.type == "musa" and loss.device.type == "musa"
+        results[label] = (loss.detach().cpu(),
+                          {n: p.grad.cpu() for n, p in m.named_parameters()})
+    # forward and backward were compiled, both with the kernel device's inputs only
+    assert len(calls) == 2 and all(d.startswith(KIND) for c in calls for d in c), calls
+    loss, grads = results["compiled"]
+    torch.testing.assert_close(loss, results["eager"][0], **TOL)
+    for name, g in grads.items():
+        assert g.device.type == "cpu"
+        torch.testing.assert_close(g, results["eager"][1][name], **TOL)
+
+
+def test_views_mutation_and_factories_come_back_on_musa():
+    def f(a, b):
+        a.mul_(2)                                   # an input mutation
+        c = torch.arange(a.shape[0], device=a.device, dtype=a.dtype)  # a factory
+        return a[1:], c[:, None] + b, (a @ b.T).t()  # a view of an input, fresh results
+
+    calls = []
+    g = torch.compile(f, backend=_backend(calls))
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    ma, mb = a.to("musa"), b.to("musa")
+    outs = g(ma, mb)
+    refs = f(a.clone(), b)
+    torch.testing.assert_close(ma.cpu(), a * 2)     # the mutation reached the musa input
+    for o, r in zip(outs, refs):
+        assert o.device == torch.device("musa", 0)
+        torch.testing.assert_close(o.cpu(), r, **TOL)
+    assert outs[0].data_ptr() == ma.data_ptr() + ma.stride(0) * ma.element_size()
+
+
+def test_move_graph_rewrites_devices_and_fake_values():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def f(x):
+        return torch.ones(3, device=x.device) + x.sum()
+
+    gm = torch.fx.symbolic_trace(f)
+    mode = FakeTensorMode()
+    with mode:
+        fake = torch.empty(2, 5, device="musa")
+    # symbolic_trace leaves x.device as a getattr: make it a literal musa device the way
+    # AOTAutograd's graphs carry it
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ones:
+            node.kwargs = {"device": torch.device("musa", 0)}
+    gm.recompile()
+    inputs = move_graph(gm, [fake], KIND)
+    assert inputs[0].device.type == KIND
+    for node in gm.graph.nodes:
+        assert "musa" not in str(node.kwargs), node.format_node()
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            assert val.device.type == KIND, node.format_node()
+
+
+def test_from_kernel_tensors_keeps_shared_storage_shared():
+    base = torch.arange(12.0, device=KIND).reshape(3, 4)
+    a, b = base[1:], base.t()
+    ma, mb = _C._from_kernel_tensors([a, b], 0)
+    assert ma.device.type == mb.device.type == "musa"
+    assert ma.untyped_storage().data_ptr() == mb.untyped_storage().data_ptr()
+    torch.testing.assert_close(ma.cpu(), a.cpu())
+    torch.testing.assert_close(mb.cpu(), b.cpu())
+    mb[0, 1] = -1.0  # base[1, 0]: one storage, so the write shows through the other view
+    assert ma[0, 0].item() == -1.0
+    assert base[1, 0].item() == (-1.0 if KIND == "cuda" else 4.0)  # host results were copied
+    with pytest.raises(RuntimeError, match="expects"):
+        _C._from_kernel_tensors([torch.ones(2, device="musa")], 0)

@@ -1,0 +1,183 @@
+"""Inductor under the cuda driver: musa graphs compile as graphs of the kernel device.
+
+Under the cuda driver a musa tensor is GPU memory and every eager op runs CUDA's
+kernel on a CUDA alias of it. Compiled code does the same, one level up: once
+AOTAutograd has split a graph into forward and backward, each graph is moved to
+the kernel device (its device arguments and fake values become ``cuda``) and
+compiled by Inductor's own CUDA path (Triton kernels, cuBLAS and cuDNN extern
+kernels, CUDA graphs for ``mode="reduce-overhead"``). At run time it is called
+with CUDA aliases of its musa arguments, and its CUDA results come back as musa
+tensors over the same memory: nothing is copied. Autograd stays on musa tensors
+(AOTAutograd's wrappers sit outside the move), so PyTorch's autograd engine never
+meets a CUDA backward in a process with a PrivateUse1 device (pytorch#161129).
+
+The move is the one hook Inductor leaves for this, ``compile_fx``'s
+``inner_compile``: ``install`` wraps ``torch._inductor.compile_fx.compile_fx`` (what
+``torch.compile``'s Inductor backend calls) so that every inner compilation of a
+graph that touches musa goes through :class:`KernelDeviceCompile`.
+
+The host driver does not need this (Inductor's C++ kernels run over musa memory
+directly, ``backend.py``), but the move works there too with ``cpu`` as the kernel
+device, which is how CI tests it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+import torch.fx
+from torch._guards import detect_fake_mode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from torch_musa import _C
+
+__all__ = ["KernelDeviceCompile", "install", "uses_musa"]
+
+DEVICE = "musa"
+
+
+def _moved(value, kind: str):
+    """``value`` with every musa ``torch.device`` in it replaced by the kernel device."""
+    if isinstance(value, torch.device):
+        if value.type != DEVICE:
+            return value
+        return torch.device(kind) if kind == "cpu" else torch.device(kind, value.index)
+    if isinstance(value, (list, tuple)):
+        moved = [_moved(v, kind) for v in value]
+        return type(value)(moved) if not hasattr(value, "_fields") else type(value)(*moved)
+    if isinstance(value, dict):
+        return {k: _moved(v, kind) for k, v in value.items()}
+    return value
+
+
+def _is_musa(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == DEVICE
+
+
+def uses_musa(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Whether a graph reads musa tensors or makes any."""
+    if any(_is_musa(x) for x in example_inputs):
+        return True
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for v in val if isinstance(val, (list, tuple)) else [val]:
+            if _is_musa(v):
+                return True
+    return False
+
+
+def _fake_on(x, kind: str, fake_mode):
+    """A fake tensor of the kernel device shaped as fake musa tensor ``x`` (sizes,
+    strides, offset: Inductor's alignment and layout choices read all three)."""
+    if not _is_musa(x):
+        return x
+    device = torch.device(kind) if kind == "cpu" else torch.device(kind, x.device.index)
+    with fake_mode:
+        if x.storage_offset() == 0:
+            return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=device)
+        base = torch.empty(x.untyped_storage().nbytes() // x.element_size(), dtype=x.dtype,
+                           device=device)
+        return base.as_strided(x.size(), x.stride(), x.storage_offset())
+
+
+def move_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
+    """Moves ``gm`` to the kernel device in place; returns its fake inputs there.
+
+    The fake values are recomputed by propagation rather than converted one by
+    one: views then share their base's fake storage as before, which Inductor's
+    reinplacing pass reads to decide whether a mutation is safe.
+    """
+    fake_mode = detect_fake_mode(example_inputs)
+    if fake_mode is None:
+        raise RuntimeError("torch.compile on musa: the graph's example inputs carry no "
+                           "fake-tensor mode to move them to the kernel device with")
+    for node in gm.graph.nodes:
+        node.args = _moved(node.args, kind)
+        node.kwargs = _moved(node.kwargs, kind)
+    gm.recompile()
+    inputs = [_fake_on(x, kind, fake_mode) for x in example_inputs]
+    shape_env = fake_mode.shape_env
+    quiet = (shape_env.ignore_fresh_unbacked_symbols() if shape_env is not None
+             else contextlib.nullcontext())
+    with quiet:
+        FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*inputs)
+    return inputs
+
+
+class _OnMusa:
+    """Calls code compiled for the kernel device with musa tensors, and back.
+
+    It hides the compiled code's own attributes on purpose: AOTAutograd caches a
+    graph whose compiled code has an FX-cache key, and a cache hit would bring
+    back that code without this wrapper.
+    """
+
+    def __init__(self, compiled, kind: str):
+        # An instance attribute: wrappers such as torch._dynamo.disable copy __dict__.
+        self._boxed_call = True
+        self._compiled = compiled
+        self._kind = kind
+        self._boxed = getattr(compiled, "_boxed_call", False)
+
+    def __call__(self, args):
+        moved = [_C._kernel_alias(a) if _is_musa(a) else a for a in args]
+        args.clear()  # the boxed convention: the callee frees its inputs early
+        outs = self._compiled(moved) if self._boxed else self._compiled(*moved)
+        kind = self._kind
+        where = [i for i, o in enumerate(outs)
+                 if isinstance(o, torch.Tensor) and o.device.type == kind]
+        if not where:
+            return outs
+        # Host results carry no index: they go to the current musa device.
+        device = torch.musa.current_device() if kind == "cpu" else -1
+        back = _C._from_kernel_tensors([outs[i] for i in where], device)
+        outs = list(outs)
+        for i, t in zip(where, back):
+            outs[i] = t
+        return outs
+
+
+class KernelDeviceCompile:
+    """An ``inner_compile`` that compiles musa graphs as graphs of ``kind``."""
+
+    def __init__(self, inner, kind: str):
+        self._inner = inner
+        self._kind = kind
+        functools.update_wrapper(self, inner, updated=())
+
+    def __call__(self, gm, example_inputs, *args, **kwargs):
+        if not uses_musa(gm, example_inputs):
+            return self._inner(gm, example_inputs, *args, **kwargs)
+        from torch._inductor.virtualized import V
+
+        if getattr(V, "aot_compilation", False):
+            from torch_musa._inductor.aoti import UNSUPPORTED
+
+            raise RuntimeError(UNSUPPORTED)
+        from torch_musa._inductor.backend import ProfileDtypeCheck
+
+        ProfileDtypeCheck()(gm)
+        inputs = move_graph(gm, example_inputs, self._kind)
+        return _OnMusa(self._inner(gm, inputs, *args, **kwargs), self._kind)
+
+
+def _wrap_compile_fx(stock, kind: str):
+    @functools.wraps(stock)
+    def compile_fx(model_, example_inputs_, inner_compile=None, *args, **kwargs):
+        if inner_compile is None:
+            inner_compile = torch._inductor.compile_fx.compile_fx_inner
+        if not isinstance(inner_compile, KernelDeviceCompile):
+            inner_compile = KernelDeviceCompile(inner_compile, kind)
+        return stock(model_, example_inputs_, inner_compile, *args, **kwargs)
+
+    compile_fx._musa_stock = stock
+    return compile_fx
+
+
+def install(kind: str) -> None:
+    """Route Inductor's compilations of musa graphs to ``kind`` (idempotent)."""
+    import torch._inductor.compile_fx as cfx
+
+    if getattr(cfx.compile_fx, "_musa_stock", None) is None:
+        cfx.compile_fx = _wrap_compile_fx(cfx.compile_fx, kind)
