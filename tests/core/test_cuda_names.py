@@ -6,15 +6,14 @@ import pytest
 import torch
 
 import torch_musa  # noqa: F401
-
-
-def _musa_name(name: str) -> str:
-    return name.replace("CUDA", "MUSA").replace("cuda", "musa").replace("Cuda", "Musa").replace("nccl", "mccl")
+from torch_musa.testing import api_names
 
 
 def test_torch_cuda_names_count():
-    missing = [n for n in torch.cuda.__all__
-               if not hasattr(torch.musa, n) and not hasattr(torch.musa, _musa_name(n))]
+    assert api_names.musa_spelling("cudaStatus") == "musaStatus"
+    missing = api_names.cuda_names_missing()
+    assert api_names.report()["torch.cuda"] == (len(torch.cuda.__all__) - len(missing),
+                                                len(torch.cuda.__all__), missing)
     print(f"torch.cuda names on torch.musa: {len(torch.cuda.__all__) - len(missing)}/"
           f"{len(torch.cuda.__all__)}; missing {missing}")
     # Left out on purpose: GreenContext (SM partitions), caching_allocator_enable/_disabled

@@ -5,7 +5,8 @@
 out its internal patch helpers (``register_musa_hook``, ``set_attributes``,
 ``overwrite_cuda_api``, ``parseEnvForUMM``, ...). ``REAL_SUBPACKAGE_NAMES``
 lists its ``optim``, ``distributed``, ``utils`` and ``testing`` exports.
-Run ``python -m torch_musa.testing.api_names`` for the count.
+Run ``python -m torch_musa.testing.api_names`` for the count (and for how many of
+``torch.cuda.__all__`` torch.musa has).
 """
 from __future__ import annotations
 
@@ -78,13 +79,28 @@ def _module_has(module: str, name: str) -> bool:
         return False
 
 
+def musa_spelling(name: str) -> str:
+    """torch.cuda's name as torch.musa spells it (cudaStatus -> musaStatus, CUDAGraph -> MUSAGraph)."""
+    for cuda, musa in (("CUDA", "MUSA"), ("cuda", "musa"), ("Cuda", "Musa"), ("nccl", "mccl")):
+        name = name.replace(cuda, musa)
+    return name
+
+
+def cuda_names_missing() -> list[str]:
+    """The names of ``torch.cuda.__all__`` torch.musa has under neither spelling."""
+    return [n for n in torch.cuda.__all__ if not present(n) and not present(musa_spelling(n))]
+
+
 def report() -> dict:
-    """{"core": (found, total, missing), module: (found, total, missing), ...}."""
+    """{"core": (found, total, missing), module: (found, total, missing), ...,
+    "torch.cuda": (found, total, missing)}."""
     missing = [n for n in REAL_NAMES if not present(n)]
     out = {"core": (len(REAL_NAMES) - len(missing), len(REAL_NAMES), missing)}
     for module, names in REAL_SUBPACKAGE_NAMES.items():
         gone = [n for n in names if not _module_has(module, n)]
         out[module] = (len(names) - len(gone), len(names), gone)
+    gone = cuda_names_missing()
+    out["torch.cuda"] = (len(torch.cuda.__all__) - len(gone), len(torch.cuda.__all__), gone)
     return out
 
 
