@@ -176,10 +176,18 @@ size_t segment_size(size_t size) {
 
 // ---- statistics ---------------------------------------------------------------
 
-void update(StatArray& arr, bool small, int64_t amount) {
-  for (auto t : {StatType::AGGREGATE, small ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
-    Stat& s = arr[static_cast<size_t>(t)];
-    if (amount >= 0) s.increase(size_t(amount)); else s.decrease(size_t(-amount));
+// The aggregate and the pool's entry. Every malloc/free updates five arrays,
+// so this stays inline: the loop over an initializer list it replaced cost
+// ~35 instructions a call (700 per alloc+free).
+inline __attribute__((always_inline)) void update(StatArray& arr, bool small, int64_t amount) {
+  Stat& all = arr[static_cast<size_t>(StatType::AGGREGATE)];
+  Stat& pool = arr[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)];
+  if (amount >= 0) {
+    all.increase(size_t(amount));
+    pool.increase(size_t(amount));
+  } else {
+    all.decrease(size_t(-amount));
+    pool.decrease(size_t(-amount));
   }
 }
 
@@ -234,10 +242,9 @@ int64_t now_us() {
 }
 
 // Caller holds g_mu.
-void record_trace(TraceEntry::Action action, c10::DeviceIndex d, uintptr_t addr,
-                  size_t size, int64_t stream, c10::MempoolId_t pool,
-                  std::shared_ptr<c10::GatheredContext> ctx) {
-  if (!g_history.trace) return;
+void record_trace_entry(TraceEntry::Action action, c10::DeviceIndex d, uintptr_t addr,
+                        size_t size, int64_t stream, c10::MempoolId_t pool,
+                        std::shared_ptr<c10::GatheredContext> ctx) {
   for (auto a : g_history.skip) if (a == action) return;
   TraceEntry te(action, d, addr, size, reinterpret_cast<void*>(stream), pool, 0,
                 std::move(ctx));
@@ -249,6 +256,16 @@ void record_trace(TraceEntry::Action action, c10::DeviceIndex d, uintptr_t addr,
     pd.trace[pd.trace_next] = std::move(te);
     pd.trace_next = (pd.trace_next + 1) % g_history.max_entries;
   }
+}
+
+// Caller holds g_mu. Inline: with the trace off (the usual case) a malloc/free
+// pays one load per event instead of a call.
+inline __attribute__((always_inline)) void record_trace(TraceEntry::Action action, c10::DeviceIndex d,
+                                    uintptr_t addr, size_t size, int64_t stream,
+                                    c10::MempoolId_t pool,
+                                    std::shared_ptr<c10::GatheredContext> ctx) {
+  if (C10_LIKELY(!g_history.trace)) return;
+  record_trace_entry(action, d, addr, size, stream, pool, std::move(ctx));
 }
 
 // torch.profiler(profile_memory=True)'s [memory] events, as CUDA's allocator reports them.
