@@ -156,3 +156,27 @@ def test_cuda_compat_compiles_and_is_not_rocm(subpython):
     """, env={"TORCH_MUSA_CUDA_COMPAT": "1"}, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("ok")
+
+
+def test_sdpa_dropout_with_fallback_random_matches_eager_and_cpu():
+    # musa's dropout is the CPU's composite (bernoulli_ over empty_like); Inductor's
+    # in-place lowering of bernoulli.p ran the draw after its consumers (NaN output).
+    import torch._inductor.config as inductor_config
+
+    torch._dynamo.reset()
+
+    def attn(q):
+        return torch.nn.functional.scaled_dot_product_attention(q, q * 2, q, dropout_p=0.5)
+
+    x = torch.randn(2, 2, 8, 4)
+    results = []
+    with inductor_config.patch(fallback_random=True):
+        for fn, device in ((torch.compile(attn), "musa"), (attn, "musa"), (attn, "cpu")):
+            torch.manual_seed(3)
+            results.append(_run(fn, device, x))
+    (out, grads), *refs = results
+    no_drop = torch.nn.functional.scaled_dot_product_attention(x, x * 2, x)
+    assert not out.isnan().any() and not torch.allclose(out, no_drop)  # dropout did drop
+    for ref_out, ref_grads in refs:
+        torch.testing.assert_close(out, ref_out)
+        torch.testing.assert_close(grads[0], ref_grads[0])

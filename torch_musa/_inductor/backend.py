@@ -145,8 +145,9 @@ class ProfileDtypeCheck(CustomGraphModulePass):
                             f"(TORCH_MUSA_PROFILE).")
 
     def uuid(self) -> bytes:
-        # Compiled graphs are cached on disk: one checked under another profile must not be reused.
-        key = f"musa-dtype-check-v2:{sorted(map(str, self._unsupported()))}"
+        # Compiled graphs are cached on disk: one checked under another profile must not be
+        # reused, nor one lowered before a change to this backend's lowerings (the version).
+        key = f"musa-dtype-check-v3:{sorted(map(str, self._unsupported()))}"
         return hashlib.sha256(key.encode()).digest()
 
 
