@@ -122,3 +122,22 @@ def test_from_kernel_tensors_keeps_shared_storage_shared():
     assert base[1, 0].item() == (-1.0 if KIND == "cuda" else 4.0)  # host results were copied
     with pytest.raises(RuntimeError, match="expects"):
         _C._from_kernel_tensors([torch.ones(2, device="musa")], 0)
+
+
+@pytest.mark.skipif(KIND != "cuda", reason="CUDA graphs: the cuda driver's kernel device only")
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune-no-cudagraphs"])
+def test_cuda_driver_modes_train_like_eager(mode):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).to("musa")
+    ref = copy.deepcopy(model)
+    fn = torch.compile(model, mode=mode)
+    for step in range(3):  # recorded, then replayed
+        x = torch.randn(16, 32, device="musa")
+        for m, f in ((model, fn), (ref, ref)):
+            m.zero_grad(set_to_none=True)
+            with torch.autocast("musa", dtype=torch.bfloat16):
+                loss = f(x).float().pow(2).mean()
+            loss.backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert p.grad.device.type == "musa"
+            torch.testing.assert_close(p.grad, q.grad, atol=2e-2, rtol=2e-2)
