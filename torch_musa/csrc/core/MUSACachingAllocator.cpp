@@ -20,6 +20,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/version.h>
 
@@ -133,7 +134,12 @@ struct PerDevice {
 };
 
 std::mutex g_mu;
-std::map<uintptr_t, Block*> g_blocks;     // every block, free or not, by address
+// Every block, free or not, by address. A hash map, not a tree: a small
+// request splits a block and its free merges it back, so each malloc/free
+// pair inserts, finds and erases here (a std::map cost ~300 instructions and
+// a node allocation per pair).
+// Never destroyed: tensors freed during interpreter exit still look it up.
+ska::flat_hash_map<uintptr_t, Block*>& g_blocks = *new ska::flat_hash_map<uintptr_t, Block*>();
 std::map<uintptr_t, Segment> g_segments;  // by base address
 PerDevice g_dev[kMaxDevices];
 AllocatorSettings g_settings;
@@ -142,6 +148,28 @@ std::atomic<int> g_context_level{0};  // RecordContext, read without the lock
 std::atomic<bool> g_context_cpp{false};
 uint64_t g_tick = 0;
 bool g_used = false;
+
+// Recycled Block objects and free-list nodes (under g_mu): splitting a block
+// and merging it back on free would otherwise cost two heap allocations and
+// two frees per malloc/free pair.
+std::vector<Block*>& g_spare_blocks = *new std::vector<Block*>();
+std::vector<std::set<Block*, BySize>::node_type>& g_spare_nodes =
+    *new std::vector<std::set<Block*, BySize>::node_type>();
+constexpr size_t kMaxSpare = 1024;
+
+Block* make_block(c10::DeviceIndex d, int64_t stream, size_t size, BlockPool* pool, void* ptr) {
+  if (g_spare_blocks.empty()) return new Block{d, stream, size, 0, pool, ptr};
+  Block* b = g_spare_blocks.back();
+  g_spare_blocks.pop_back();
+  *b = Block{d, stream, size, 0, pool, ptr};
+  return b;
+}
+
+void drop_block(Block* b) {
+  if (g_spare_blocks.size() >= kMaxSpare) { delete b; return; }
+  b->context.reset();
+  g_spare_blocks.push_back(b);
+}
 
 // ---- sizes ------------------------------------------------------------------
 
@@ -231,9 +259,13 @@ int64_t device_limit(c10::DeviceIndex d) {
 // ---- history ------------------------------------------------------------------
 
 // Outside the lock (gathering Python frames takes the GIL).
-std::shared_ptr<c10::GatheredContext> gather_context(RecordContext at_least) {
-  if (g_context_level.load(std::memory_order_relaxed) < int(at_least)) return nullptr;
+std::shared_ptr<c10::GatheredContext> gather_stacks() {
   return torch::CapturedTraceback::gather(true, true, g_context_cpp.load());
+}
+inline __attribute__((always_inline)) std::shared_ptr<c10::GatheredContext> gather_context(
+    RecordContext at_least) {
+  if (C10_LIKELY(g_context_level.load(std::memory_order_relaxed) < int(at_least))) return nullptr;
+  return gather_stacks();
 }
 
 int64_t now_us() {
@@ -286,7 +318,15 @@ c10::MempoolId_t pool_id(const BlockPool* p) {
 // Caller holds g_mu. A free block enters or leaves its pool; a free piece of a
 // split segment counts as inactive_split.
 void insert_free(Block* b) {
-  b->pool->blocks.insert(b);
+  auto& blocks = b->pool->blocks;
+  if (g_spare_nodes.empty()) {
+    blocks.insert(b);
+  } else {
+    auto node = std::move(g_spare_nodes.back());
+    g_spare_nodes.pop_back();
+    node.value() = b;
+    blocks.insert(std::move(node));
+  }
   if (b->is_split()) {
     PerDevice& pd = g_dev[b->device];
     update(pd.stats.inactive_split, b->pool->is_small, 1);
@@ -295,7 +335,8 @@ void insert_free(Block* b) {
 }
 
 void erase_free(Block* b) {
-  b->pool->blocks.erase(b);
+  auto node = b->pool->blocks.extract(b);
+  if (node && g_spare_nodes.size() < kMaxSpare) g_spare_nodes.push_back(std::move(node));
   if (b->is_split()) {
     PerDevice& pd = g_dev[b->device];
     update(pd.stats.inactive_split, b->pool->is_small, -1);
@@ -353,7 +394,7 @@ void release_segment(Block* b) {
   g_blocks.erase(reinterpret_cast<uintptr_t>(b->ptr));
   g_segments.erase(reinterpret_cast<uintptr_t>(b->ptr));
   free_segment_memory(b->pool, b->device, b->ptr, b->size, b->stream);
-  delete b;
+  drop_block(b);
 }
 
 // Caller holds g_mu. Releases the pool's whole free segments.
@@ -430,7 +471,7 @@ Block* new_segment(c10::DeviceIndex d, BlockPool& pool, size_t size, int64_t str
                 : driver().malloc(d, size);
   if (!p) { *why = Shortage::kDriver; return nullptr; }
   g_used = true;
-  Block* b = new Block{d, stream, size, 0, &pool, p};
+  Block* b = make_block(d, stream, size, &pool, p);
   g_blocks.emplace(reinterpret_cast<uintptr_t>(p), b);
   g_segments.emplace(reinterpret_cast<uintptr_t>(p), Segment{d, size, &pool, stream, ctx});
   update(pd.stats.reserved_bytes, pool.is_small, int64_t(size));
@@ -525,8 +566,8 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
   }
   erase_free(b);
   if (should_split(b, size)) {
-    Block* rest = new Block{d, b->stream, b->size - size, 0, b->pool,
-                            static_cast<char*>(b->ptr) + size};
+    Block* rest = make_block(d, b->stream, b->size - size, b->pool,
+                             static_cast<char*>(b->ptr) + size);
     rest->prev = b;
     rest->next = b->next;
     if (b->next) b->next->prev = rest;
@@ -589,7 +630,7 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
       g_blocks.erase(reinterpret_cast<uintptr_t>(n->ptr));
     }
     b->size += n->size;
-    delete n;
+    drop_block(n);
   }
   b->last_used = ++g_tick;
   insert_free(b);
