@@ -180,3 +180,16 @@ def test_sdpa_dropout_with_fallback_random_matches_eager_and_cpu():
     for ref_out, ref_grads in refs:
         torch.testing.assert_close(out, ref_out)
         torch.testing.assert_close(grads[0], ref_grads[0])
+
+
+def test_layer_norm_compiles_to_the_cpu_kernels_bit_for_bit():
+    # Inductor picks two-pass vs Welford variance by device name; musa takes the CPU's rule.
+    torch._dynamo.reset()
+    norm = torch.nn.LayerNorm(64)
+    x = torch.randn(16, 64)
+    results = []
+    for device in ("musa", "cpu"):
+        model = torch.compile(norm.to(device))
+        results.append(_run(lambda a: model(a).pow(2), device, x))
+    (out, grads), (cpu_out, cpu_grads) = results
+    assert torch.equal(out, cpu_out) and torch.equal(grads[0], cpu_grads[0])

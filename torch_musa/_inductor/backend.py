@@ -147,7 +147,7 @@ class ProfileDtypeCheck(CustomGraphModulePass):
     def uuid(self) -> bytes:
         # Compiled graphs are cached on disk: one checked under another profile must not be
         # reused, nor one lowered before a change to this backend's lowerings (the version).
-        key = f"musa-dtype-check-v3:{sorted(map(str, self._unsupported()))}"
+        key = f"musa-dtype-check-v4:{sorted(map(str, self._unsupported()))}"
         return hashlib.sha256(key.encode()).digest()
 
 
@@ -235,6 +235,36 @@ def _lower_bernoulli_p_as_one_fallback() -> None:
 
 _bernoulli_p_fallback = None
 
+_stock_use_two_step_variance = None
+
+
+def _musa_use_two_step_variance(x, axis, keepdim, input_dtype):
+    device = x.get_device()
+    if device is not None and device.type == DEVICE:
+        # The rule reads the threshold by device name; musa's C++ code takes the CPU's.
+        with torch._inductor.config.patch(
+                unroll_reductions_threshold=torch._inductor.config.cpp.use_two_step_variance_threshold):
+            return _stock_use_two_step_variance(x, axis, keepdim, input_dtype)
+    return _stock_use_two_step_variance(x, axis, keepdim, input_dtype)
+
+
+def _variance_as_on_the_cpu() -> None:
+    """Give musa the CPU's choice between two-pass and Welford variance.
+
+    Inductor computes a small variance (LayerNorm's, up to
+    ``config.cpp.use_two_step_variance_threshold`` elements per row) in two passes on
+    the CPU and with Welford elsewhere; Welford costs more per element, and differs in
+    the last bits, so a compiled LayerNorm on musa was slower than, and not bit-equal
+    to, the same compiled step on the CPU device.
+    """
+    global _stock_use_two_step_variance
+    import torch._inductor.lowering as lowering
+
+    if lowering.use_two_step_variance is _musa_use_two_step_variance:
+        return
+    _stock_use_two_step_variance = lowering.use_two_step_variance
+    lowering.use_two_step_variance = _musa_use_two_step_variance
+
 
 def register() -> None:
     """Register the musa backend with Inductor (idempotent)."""
@@ -242,6 +272,7 @@ def register() -> None:
         scheduling = CppScheduling
         _answer_as_cpp_code_for_musa()
         _lower_bernoulli_p_as_one_fallback()
+        _variance_as_on_the_cpu()
     else:
         scheduling = _cuda_driver_scheduling
         from torch_musa._inductor import kernel_device
