@@ -1,10 +1,24 @@
 """Inductor's C++ wrapper for musa (``cpp_wrapper=True`` and AOTInductor).
 
-Not implemented: the C++ wrapper calls ATen through AOTInductor's C shim, which
-PyTorch generates per device (``aoti_torch_cpu_*``, ``aoti_torch_cuda_*``) and
-has none for a PrivateUse1 device, and its runtime headers name devices by
-their built-in types. Until musa has its own shim, the wrapper says so at
-compile time instead of emitting code that cannot build.
+Not implemented. What stands in the way, found by running PyTorch 2.13's C++ wrapper
+(``CppWrapperCpu``) for musa:
+
+* code generation: ``CppWrapperCpu.codegen_device`` knows only the devices of
+  ``cpp_utils.DEVICE_TO_ATEN`` (cpu, cuda, xpu, mps, meta); naming musa
+  ``privateuse1`` there gets further, but the wrapper is written for one model device
+  (``self.device = "cpu"``) and refuses constants on another ("Mixed-device constants
+  are only supported when the secondary device is CPU");
+* ``cpp_wrapper=True``: the generated source includes
+  ``torch/csrc/inductor/cpp_wrapper/<device>.h`` (no ``musa.h`` exists) and calls ATen
+  through the C shim PyTorch generates per device (``aoti_torch_cpu_*``,
+  ``aoti_torch_cuda_*``), none for a PrivateUse1 device;
+* the AOTInductor runtime compiled into every package: ``model_base.h``'s
+  ``parse_device_str`` accepts ``cpu|cuda|xpu|mps`` only, and ``aoti_load_package``
+  finds a runner by device type in ``getAOTIModelRunnerRegistry()``, which has no
+  PrivateUse1 entry (one would be registered from C++ with ``RegisterAOTIModelRunner``).
+
+Until those exist, the wrapper says so at compile time instead of emitting code that
+cannot build.
 """
 from __future__ import annotations
 
