@@ -317,6 +317,14 @@ c10::MempoolId_t pool_id(const BlockPool* p) {
 
 // Caller holds g_mu. A free block enters or leaves its pool; a free piece of a
 // split segment counts as inactive_split.
+void count_inactive(Block* b, int sign) {
+  if (b->is_split()) {
+    PerDevice& pd = g_dev[b->device];
+    update(pd.stats.inactive_split, b->pool->is_small, sign);
+    update(pd.stats.inactive_split_bytes, b->pool->is_small, sign * int64_t(b->size));
+  }
+}
+
 void insert_free(Block* b) {
   auto& blocks = b->pool->blocks;
   if (g_spare_nodes.empty()) {
@@ -327,27 +335,39 @@ void insert_free(Block* b) {
     node.value() = b;
     blocks.insert(std::move(node));
   }
-  if (b->is_split()) {
-    PerDevice& pd = g_dev[b->device];
-    update(pd.stats.inactive_split, b->pool->is_small, 1);
-    update(pd.stats.inactive_split_bytes, b->pool->is_small, int64_t(b->size));
-  }
+  count_inactive(b, 1);
 }
 
 void erase_free(Block* b) {
   auto node = b->pool->blocks.extract(b);
   if (node && g_spare_nodes.size() < kMaxSpare) g_spare_nodes.push_back(std::move(node));
-  if (b->is_split()) {
-    PerDevice& pd = g_dev[b->device];
-    update(pd.stats.inactive_split, b->pool->is_small, -1);
-    update(pd.stats.inactive_split_bytes, b->pool->is_small, -int64_t(b->size));
+  count_inactive(b, -1);
+}
+
+// Caller holds g_mu; `old` is free in its pool at `it` and leaves it, `neu`
+// (same pool, not in it, its size and address final) enters. A split or a
+// merge mostly keeps the free list's order (the remainder of a split is just
+// smaller, a merged block just larger than its neighbours in the list), and
+// then the node is re-pointed in place instead of two tree operations.
+void replace_free(std::set<Block*, BySize>::iterator it, Block* neu) {
+  auto& blocks = neu->pool->blocks;
+  const BySize less;
+  const bool in_order = (it == blocks.begin() || less(*std::prev(it), neu)) &&
+                        (std::next(it) == blocks.end() || less(neu, *std::next(it)));
+  if (in_order) {
+    const_cast<Block*&>(*it) = neu;
+  } else {
+    auto node = blocks.extract(it);
+    node.value() = neu;
+    blocks.insert(std::move(node));
   }
 }
 
 // Caller holds g_mu. The best-fitting free block, honouring max_split_size:
 // requests below it never take an oversize block, and oversize requests take
 // one only within kLargeBuffer of their size.
-Block* find_free(BlockPool& pool, size_t size) {
+Block* find_free(BlockPool& pool, size_t size,
+                 std::set<Block*, BySize>::iterator* at = nullptr) {
   Block key{0, 0, size, 0, &pool, nullptr};
   auto it = pool.blocks.lower_bound(&key);
   if (it == pool.blocks.end()) return nullptr;
@@ -355,6 +375,7 @@ Block* find_free(BlockPool& pool, size_t size) {
   const size_t max_split = g_settings.max_split_size;
   if (size < max_split && b->size >= max_split) return nullptr;
   if (size >= max_split && b->size >= size + kLargeBuffer) return nullptr;
+  if (at) *at = it;
   return b;
 }
 
@@ -544,7 +565,8 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
   const size_t size = round_size(nbytes);
   BlockPool& pool = choose_pool(d, stream, size);
   const size_t seg = segment_size(size);
-  Block* b = find_free(pool, size);
+  std::set<Block*, BySize>::iterator at;
+  Block* b = find_free(pool, size, &at);
   if (!b) {
     garbage_collect(d);
     Shortage why = Shortage::kNone;
@@ -563,18 +585,24 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
       }
     }
     if (!b) raise_oom(d, size, why, sid, pool);
+    at = b->pool->blocks.find(b);
   }
-  erase_free(b);
   if (should_split(b, size)) {
+    // The remainder takes b's place in the free list (erase_free(b) and
+    // insert_free(rest), without the tree operations when the order allows).
+    count_inactive(b, -1);
     Block* rest = make_block(d, b->stream, b->size - size, b->pool,
                              static_cast<char*>(b->ptr) + size);
+    replace_free(at, rest);
     rest->prev = b;
     rest->next = b->next;
     if (b->next) b->next->prev = rest;
     b->next = rest;
     b->size = size;
     g_blocks.emplace(reinterpret_cast<uintptr_t>(rest->ptr), rest);
-    insert_free(rest);
+    count_inactive(rest, 1);
+  } else {
+    erase_free(b);
   }
   const bool small = b->pool->is_small;
   b->allocated = true;
@@ -615,9 +643,7 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
   b->unified = false;
   b->requested = 0;
   b->context.reset();
-  for (Block* n : {b->prev, b->next}) {
-    if (!n || n->allocated) continue;
-    erase_free(n);
+  auto merge = [b](Block* n) {
     if (n == b->prev) {
       g_blocks.erase(reinterpret_cast<uintptr_t>(b->ptr));
       b->ptr = n->ptr;
@@ -630,10 +656,30 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
       g_blocks.erase(reinterpret_cast<uintptr_t>(n->ptr));
     }
     b->size += n->size;
+  };
+  Block* const lo = b->prev && !b->prev->allocated ? b->prev : nullptr;
+  Block* const hi = b->next && !b->next->allocated ? b->next : nullptr;
+  if ((lo == nullptr) != (hi == nullptr)) {
+    // One free neighbour (a small block freed back into its segment's
+    // remainder): the merged block takes the neighbour's place in the free list.
+    Block* n = lo ? lo : hi;
+    auto it = n->pool->blocks.find(n);
+    count_inactive(n, -1);
+    merge(n);
+    b->last_used = ++g_tick;
+    replace_free(it, b);
+    count_inactive(b, 1);
     drop_block(n);
+  } else {
+    for (Block* n : {lo, hi}) {
+      if (!n) continue;
+      erase_free(n);
+      merge(n);
+      drop_block(n);
+    }
+    b->last_used = ++g_tick;
+    insert_free(b);
   }
-  b->last_used = ++g_tick;
-  insert_free(b);
   // A private pool nobody uses any more goes once its last block is back.
   if (PrivatePool* owner = b->pool->owner) {
     if (owner->use_count == 0 && !b->is_split()) {

@@ -1,0 +1,54 @@
+"""Random malloc/free sequences keep the caching allocator's books straight: every
+segment's blocks tile it, no two free blocks sit side by side (frees merge), and
+the split/allocated statistics agree with the snapshot. Guards the allocator's
+fast paths (a split remainder or merged block re-pointing a free-list node in
+place, recycled blocks and nodes)."""
+
+import random
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.requires_host_driver(
+        "the host driver's caching allocator; under the cuda driver CUDA's serves musa memory"),
+    pytest.mark.usefixtures("empty_musa_cache"),
+]
+
+
+def check_books():
+    stats = torch.musa.memory_stats()
+    inactive = inactive_bytes = allocated = 0
+    for seg in torch.musa.memory_snapshot():
+        blocks = seg["blocks"]
+        assert sum(b["size"] for b in blocks) == seg["total_size"], seg
+        for left, right in zip(blocks, blocks[1:]):
+            assert not (left["state"] == "inactive" and right["state"] == "inactive"), seg
+        if len(blocks) > 1:
+            free = [b["size"] for b in blocks if b["state"] == "inactive"]
+            inactive += len(free)
+            inactive_bytes += sum(free)
+        allocated += sum(b["size"] for b in blocks if b["state"] == "active_allocated")
+    assert stats.get("inactive_split.all.current", 0) == inactive
+    assert stats.get("inactive_split_bytes.all.current", 0) == inactive_bytes
+    assert stats["allocated_bytes.all.current"] == allocated
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_alloc_free_keeps_books(seed):
+    rng = random.Random(seed)
+    live = []
+    for step in range(1500):
+        if live and rng.random() < 0.48:
+            live.pop(rng.randrange(len(live)))
+        else:
+            n = rng.choice([1, 64, 200, 1000, 5000, 70_000, 300_000, 2_000_000])
+            live.append(torch.empty(n, device="musa"))
+        if step % 50 == 0:
+            check_books()
+    check_books()
+    live.clear()
+    check_books()
+    assert torch.musa.memory_allocated() == 0
+    torch.musa.empty_cache()
+    assert torch.musa.memory_reserved() == 0
