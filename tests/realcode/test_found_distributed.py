@@ -3,6 +3,10 @@ each is the minimal form of what failed.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 DTENSOR_RANDOM_INIT = r'''
@@ -21,17 +25,57 @@ dist.destroy_process_group()
 '''
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DTensor random ops on musa: torch.musa has set_rng_state, so DTensor takes musa for "
-    "a CUDA-like device and runs random ops through OffsetBasedRNGTracker, which reads "
-    "the generator state as Philox (uint64 seed, uint64 offset: 16 bytes); musa's "
-    "generator is the CPU's mt19937 re-tagged (5056-byte state), so _PhiloxState.offset "
-    "is 631 int64s and its setter raises AssertionError. Needs a Philox-style musa "
-    "generator (seed + offset state, get_offset/set_offset) in csrc"))
-def test_fsdp2_meta_init_reset_parameters_on_musa(subpython):
-    """pytorch/examples distributed/FSDP2/example.py: a model built on the meta device,
-    fully_shard, to_empty(device=musa), reset_parameters() (init.normal_ on DTensors)
-    died in DTensor's RNG tracker. One rank is enough to show it."""
+def test_dtensor_random_init_on_one_rank(subpython):
+    """DTensor takes musa for CUDA-like (torch.musa.set_rng_state exists) and ran
+    random ops through its Philox offset tracker, which reads musa's mt19937
+    generator state as (seed, offset) and raised AssertionError."""
     r = subpython(DTENSOR_RANDOM_INIT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["True"], r.stdout
+
+
+FSDP2_META_INIT = r'''
+import sys, torch, torch_musa, torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("mccl", init_method="file://" + store, rank=rank, world_size=2)
+torch.musa.set_device(rank)
+def make():
+    return nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 5))  # 5 rows: uneven shards
+torch.manual_seed(0)
+with torch.device("meta"):
+    model = make()
+for m in model:
+    fully_shard(m)
+fully_shard(model)
+model.to_empty(device=f"musa:{rank}")
+with torch.no_grad():
+    for m in model:
+        if hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+full = [p.full_tensor().cpu() for p in model.parameters()]
+torch.manual_seed(0)
+with torch.device(f"musa:{rank}"):
+    plain = make()
+same = all(torch.equal(a, b.detach().cpu()) for a, b in zip(full, plain.parameters()))
+print(rank, same)
+dist.destroy_process_group()
+'''
+
+
+def test_fsdp2_meta_init_reset_parameters_matches_an_unsharded_init(tmp_path):
+    """pytorch/examples distributed/FSDP2/example.py: build on the meta device,
+    fully_shard, to_empty(device=musa), reset_parameters(). The shards of every
+    parameter together must be what an unsharded model draws from the same seed
+    (DTensor's promise on CUDA), uneven shards included."""
+    script = tmp_path / "fsdp2_init.py"
+    script.write_text(FSDP2_META_INIT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(tmp_path / "store")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    assert sorted(out.split()[-2:] for out, _ in outs) == [["0", "True"], ["1", "True"]], outs

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.distributed.distributed_c10d import _create_process_group_wrapper
 
 from torch_musa.config import CONFIG
+from torch_musa.distributed import dtensor_random
 from torch_musa.distributed import _C as _mccl_C  # noqa: F401  (registers the C++ kernels)
 from torch_musa.distributed.mccl import kernels, signature
 from torch_musa.distributed.mccl.aliases import CUDA_ALIASES, STAGE_GLOO
@@ -153,6 +154,9 @@ def _register_nccl_bound_to_cuda(register):
 
 def _create_backend(dist_opts, backend_options=None):
     """``register_backend`` creator (extended API): the Gloo or NCCL backend for the musa device."""
+    # A musa process group is what DTensor on musa needs first: serve its random
+    # initialisation from here, so that importing torch_musa does not import DTensor.
+    dtensor_random.install()
     if engine(dist_opts.group_size) == "nccl":
         return _nccl_backend(dist_opts, backend_options)
     return _gloo_backend(dist_opts, backend_options)
