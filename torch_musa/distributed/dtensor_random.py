@@ -12,8 +12,9 @@ For the in-place random ops that initialisation uses (``normal_``, ``uniform_``,
 own shard (``distribute_tensor`` with ``src_data_rank=None``: no communication).
 That keeps what the tracker promises on CUDA: the shards together are the tensor
 an unsharded run draws from the same seed, and every rank's generator advances
-alike. The price is one full-size temporary per call. Other random ops
-(``native_dropout``, ``rand_like``, ...) still go through the tracker.
+alike. The price is one full-size temporary per call. ``F.dropout`` is served too
+(musa's dropout is the composite over ``bernoulli_``); ``rand_like`` and the other
+out-of-place random ops still go through the tracker.
 """
 from __future__ import annotations
 
