@@ -195,14 +195,15 @@ def test_layer_norm_compiles_to_the_cpu_kernels_bit_for_bit():
     assert torch.equal(out, cpu_out) and torch.equal(grads[0], cpu_grads[0])
 
 
-def test_bool_mask_stores_are_lane_by_lane_and_exact():
-    # PyTorch's VecMask::store(bool*) was ~20x slower than eager's comparison; musa's
-    # kernels write the mask lane by lane: same values, tails (13 = 8 + 5) included.
+def test_bool_masks_are_stored_and_loaded_lane_by_lane_and_exact():
+    # PyTorch's VecMask store to / load from bool was 5x-20x slower than eager's ops;
+    # musa's kernels convert lane by lane: same values, tails (13 = 8 + 5) included.
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
     x = torch.randn(13, 16)
-    fn = torch.compile(lambda a: (a.relu(), a <= 0))
-    (relu, mask), (code,) = run_and_get_code(fn, x.musa())
-    assert "is_masked" in code
+    fn = torch.compile(lambda a, m: (a.relu(), a <= 0, torch.where(m, a, 0.0)))
+    (relu, mask, picked), (code,) = run_and_get_code(fn, x.musa(), (x > 0.5).musa())
+    assert "is_masked" in code and "bit_cast<float>" in code
     assert torch.equal(relu.cpu(), x.relu()) and torch.equal(mask.cpu(), x <= 0)
+    assert torch.equal(picked.cpu(), torch.where(x > 0.5, x, 0.0))
