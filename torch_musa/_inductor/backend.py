@@ -151,7 +151,7 @@ class ProfileDtypeCheck(CustomGraphModulePass):
     def uuid(self) -> bytes:
         # Compiled graphs are cached on disk: one checked under another profile must not be
         # reused, nor one lowered before a change to this backend's lowerings (the version).
-        key = f"musa-dtype-check-v6:{sorted(map(str, self._unsupported()))}"
+        key = f"musa-dtype-check-v7:{sorted(map(str, self._unsupported()))}"
         return hashlib.sha256(key.encode()).digest()
 
 
@@ -269,8 +269,14 @@ def _variance_as_on_the_cpu() -> None:
 _stock_get_store_line = None
 
 
+def _generating_for_musa() -> bool:
+    """Whether the kernel being generated is musa's (no current device: not ours)."""
+    device = getattr(V.graph, "current_device", None)
+    return device is not None and device.type == DEVICE
+
+
 def _musa_get_store_line(self, value, var, index, dtype, accu_store=False):
-    if (dtype == torch.bool and not accu_store and V.graph.get_current_device_or_throw().type == DEVICE
+    if (dtype == torch.bool and not accu_store and _generating_for_musa()
             and self._try_get_const_stride(index, self.itervars[self.tiling_idx]) == 1):
         code = IndentedBuffer()
         code.writeline(
@@ -285,7 +291,7 @@ _stock_get_vec_load_line = None
 
 
 def _musa_get_vec_load_line(self, var, index, dtype, load_mask=None):
-    if dtype != torch.bool or V.graph.get_current_device_or_throw().type != DEVICE:
+    if dtype != torch.bool or not _generating_for_musa():
         return _stock_get_vec_load_line(self, var, index, dtype, load_mask)
     buf = f"{var} + {cexpr_index(index)}" if index != 0 else var
     return (f"[&](const bool* p, int64_t n) {{ using M = {self._get_mask_type()}; "
