@@ -38,6 +38,7 @@ from torch._inductor.lowering import fallback_handler, lowerings
 from torch._inductor.scheduler import BaseSchedulerNode
 from torch._inductor.virtualized import V
 
+from torch_musa._inductor import kernel_device
 from torch_musa.config import CONFIG
 from torch_musa.ops.dtype_policy import DTYPE_AGNOSTIC_OPS
 
@@ -333,9 +334,7 @@ def register() -> None:
         _store_bool_masks_lane_by_lane()
     else:
         scheduling = _cuda_driver_scheduling
-        from torch_musa._inductor import kernel_device
-
-        kernel_device.install("cuda")
+        kernel_device.install("cuda", ProfileDtypeCheck())
     from torch_musa._inductor.aoti import MusaCppWrapperCpu
 
     register_backend_for_device(

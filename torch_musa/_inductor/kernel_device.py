@@ -28,9 +28,11 @@ import functools
 import torch
 import torch.fx
 from torch._guards import detect_fake_mode
+from torch._inductor.virtualized import V
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_musa import _C
+from torch_musa._inductor.aoti import UNSUPPORTED
 
 __all__ = ["KernelDeviceCompile", "install", "uses_musa"]
 
@@ -139,45 +141,42 @@ class _OnMusa:
 
 
 class KernelDeviceCompile:
-    """An ``inner_compile`` that compiles musa graphs as graphs of ``kind``."""
+    """An ``inner_compile`` that compiles musa graphs as graphs of ``kind``; ``check``
+    (the backend's profile dtype check) sees each musa graph before it moves."""
 
-    def __init__(self, inner, kind: str):
+    def __init__(self, inner, kind: str, check=None):
         self._inner = inner
         self._kind = kind
+        self._check = check
         functools.update_wrapper(self, inner, updated=())
 
     def __call__(self, gm, example_inputs, *args, **kwargs):
         if not uses_musa(gm, example_inputs):
             return self._inner(gm, example_inputs, *args, **kwargs)
-        from torch._inductor.virtualized import V
-
         if getattr(V, "aot_compilation", False):
-            from torch_musa._inductor.aoti import UNSUPPORTED
-
             raise RuntimeError(UNSUPPORTED)
-        from torch_musa._inductor.backend import ProfileDtypeCheck
-
-        ProfileDtypeCheck()(gm)
+        if self._check is not None:
+            self._check(gm)
         inputs = move_graph(gm, example_inputs, self._kind)
         return _OnMusa(self._inner(gm, inputs, *args, **kwargs), self._kind)
 
 
-def _wrap_compile_fx(stock, kind: str):
+def _wrap_compile_fx(stock, kind: str, check):
     @functools.wraps(stock)
     def compile_fx(model_, example_inputs_, inner_compile=None, *args, **kwargs):
         if inner_compile is None:
             inner_compile = torch._inductor.compile_fx.compile_fx_inner
         if not isinstance(inner_compile, KernelDeviceCompile):
-            inner_compile = KernelDeviceCompile(inner_compile, kind)
+            inner_compile = KernelDeviceCompile(inner_compile, kind, check)
         return stock(model_, example_inputs_, inner_compile, *args, **kwargs)
 
     compile_fx._musa_stock = stock
     return compile_fx
 
 
-def install(kind: str) -> None:
+def install(kind: str, check=None) -> None:
     """Route Inductor's compilations of musa graphs to ``kind`` (idempotent)."""
     import torch._inductor.compile_fx as cfx
 
     if getattr(cfx.compile_fx, "_musa_stock", None) is None:
-        cfx.compile_fx = _wrap_compile_fx(cfx.compile_fx, kind)
+        cfx.compile_fx = _wrap_compile_fx(cfx.compile_fx, kind, check)
