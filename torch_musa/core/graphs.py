@@ -293,7 +293,8 @@ class MUSAGraph:
     """A captured graph of musa work, replayed with ``replay()`` (torch.cuda.CUDAGraph's API)."""
 
     def __init__(self, keep_graph: bool = False):
-        self._cuda = torch.cuda.CUDAGraph(keep_graph) if _CUDA else None
+        # torch.cuda.graphs' class: TORCH_MUSA_CUDA_COMPAT=1 makes torch.cuda.CUDAGraph this one.
+        self._cuda = torch.cuda.graphs.CUDAGraph(keep_graph) if _CUDA else None
         self._exec = None
         self._recorder: _Recorder | None = None
         self._pool: _Pool | None = None
@@ -301,6 +302,7 @@ class MUSAGraph:
         self._stream: tuple[int, int] | None = None
         self._rng: list[torch.Tensor] = []
         self._generators: list[torch.Generator] = []
+        self._cuda_gens: list[torch.Generator] = []  # in capture mode while a CUDA capture runs
         self._debug = False
         self._ops: list[str] = []
         self._routed = False  # the allocator routes (or routed) this capture to the pool
@@ -313,6 +315,10 @@ class MUSAGraph:
                              f"got {capture_error_mode!r}")
         if self._cuda is not None:
             self._cuda.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
+            # The generators CUDA's capture put in capture mode: the current device's
+            # default one (musa's default generator is CUDA's there) and those registered.
+            self._cuda_gens = ([_C._default_generator(torch._C._cuda_getDevice())]
+                               + self._generators)
             return
         if self._exec is not None or self._recorder is not None:
             raise RuntimeError("This MUSAGraph instance already owns a captured graph. To "
@@ -355,7 +361,12 @@ class MUSAGraph:
     def capture_end(self) -> None:
         """End capture; afterwards ``replay()`` re-runs the captured work."""
         if self._cuda is not None:
-            self._cuda.capture_end()
+            try:
+                self._cuda.capture_end()
+            except RuntimeError:
+                self._release_cuda_generators()
+                raise
+            self._cuda_gens = []
             return
         if self._recorder is None:
             raise RuntimeError("capture_end() without capture_begin()")
@@ -377,12 +388,27 @@ class MUSAGraph:
             try:
                 self._cuda.capture_end()
             except RuntimeError:
-                pass
+                self._release_cuda_generators()
+            self._cuda_gens = []
             self._cuda.reset()
             return
         if self._recorder is not None:
             self._finish()
         self.reset()
+
+    def _release_cuda_generators(self) -> None:
+        """After a capture CUDA invalidated: give the generators back to eager use.
+
+        CUDA's capture_end raises before it takes the generators out of capture mode,
+        so every later eager draw on them raised "Offset increment outside graph capture
+        encountered unexpectedly" for the rest of the process. Each generator gets a
+        fresh state holding its seed and offset (a capture does not advance the eager
+        offset), which is what a completed capture would have left."""
+        gens, self._cuda_gens = self._cuda_gens, []
+        for g in gens:
+            fresh = torch.Generator(device=g.device)
+            fresh.set_state(g.get_state())
+            g.graphsafe_set_state(fresh)
 
     def replay(self) -> None:
         """Re-run the captured work over the captured memory."""
@@ -424,7 +450,6 @@ class MUSAGraph:
         """Let capture leave ``generator`` as it found it too (the default one always is)."""
         if self._cuda is not None:
             self._cuda.register_generator_state(generator)
-            return
         self._generators.append(generator)
 
     def enable_debug_mode(self) -> None:
