@@ -3,9 +3,12 @@ result compared with the same computation on the CPU device."""
 import pytest
 import torch
 
-HOST = "the host kernels compute sparse ops bit for bit as the CPU device"
-pytestmark = [pytest.mark.requires_host_driver(HOST),
-              pytest.mark.filterwarnings("ignore:.*musa operator registry")]
+# Layout conversions, construction, CSR @ dense, sparse @ sparse, coalesce, sparse_mm's
+# gradient and sparse Adam matched the CPU exactly on the H200 too (cuSPARSE); these did not.
+HOST = pytest.mark.requires_host_driver(
+    "the host kernels compute sparse ops bit for bit as the CPU device (cuSPARSE rounds "
+    "its own way)")
+pytestmark = pytest.mark.filterwarnings("ignore:.*musa operator registry")
 
 LAYOUTS = {
     "coo": lambda x: x.to_sparse(),
@@ -56,7 +59,7 @@ def test_construct_on_musa():
     _same(c, torch.sparse_csr_tensor(crow, col, v, (2, 3)))
 
 
-@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("layout", [pytest.param("coo", marks=HOST), "csr"])
 def test_sparse_dense_matmul(layout):
     s, d = LAYOUTS[layout](_dense(2)), torch.randn(6, 3)
     out = torch.sparse.mm(s.musa(), d.musa())
@@ -73,6 +76,7 @@ def test_sparse_sparse_matmul_and_add():
     _same(a.musa() * 2, a * 2)
 
 
+@HOST
 def test_sampled_addmm_and_reductions():
     mask = _dense(6, (4, 4)).to_sparse_csr()
     x, y = torch.randn(4, 3), torch.randn(3, 4)
@@ -109,6 +113,7 @@ def test_autograd_sparse_mm():
     _same(sm.grad, s.grad)
 
 
+@HOST
 @pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
 def test_sparse_mm_reduce_with_gradients(reduce):
     # amax/amin keep the argmax for the backward only when an input requires grad.
@@ -124,6 +129,7 @@ def test_sparse_mm_reduce_with_gradients(reduce):
     _same(sm.grad, s.grad)
 
 
+@HOST
 def test_one_tensor_passed_twice_and_more_ops():
     # smm runs sspaddmm_out with one tensor as self and out: one kernel tensor.
     s, d = _dense(10).to_sparse(), torch.randn(6, 3)
