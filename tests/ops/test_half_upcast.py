@@ -63,9 +63,15 @@ SAMPLES = {
 }
 
 
-@HOST
-@pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("name", SAMPLES)
+# On the H200 CUDA's avg_pool3d (both dtypes) and bfloat16 multilabel_margin_loss matched
+# the CPU's float32 kernels rounded once, bit for bit; the other pairs did not.
+SAME_ON_CUDA = {("avg_pool3d", torch.float16), ("avg_pool3d", torch.bfloat16),
+                ("multilabel_margin_loss", torch.bfloat16)}
+
+
+@pytest.mark.parametrize("name, dtype", [
+    pytest.param(name, d, id=f"{name}-dtype{i}", marks=() if (name, d) in SAME_ON_CUDA else HOST)
+    for name in SAMPLES for i, d in enumerate(HALF)])
 def test_ops_without_cpu_half_kernels(name, dtype):
     f = SAMPLES[name]
     torch.manual_seed(0)
