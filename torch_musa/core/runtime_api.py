@@ -24,7 +24,8 @@ from torch_musa.core import _lazy
 from torch_musa.core.device import _get_device_index, current_device, is_available
 
 _cuda = {name: getattr(torch.cuda, name) for name in (
-    "cudart", "current_blas_handle", "current_solver_handle", "ipc_collect", "is_tf32_supported", "mem_get_info")
+    "cudart", "current_blas_handle", "current_solver_handle", "get_per_process_memory_fraction",
+    "ipc_collect", "is_tf32_supported", "mem_get_info")
     if hasattr(torch.cuda, name)}
 
 
@@ -211,6 +212,10 @@ def current_solver_handle() -> int:
     device. The host driver's solver is the CPU's LAPACK: one context per (thread, device)."""
     _lazy._lazy_init()
     if _on_gpu():
+        if "current_solver_handle" not in _cuda:  # torch.cuda 2.11 lacks it; 2.13 has it
+            raise RuntimeError(f"current_solver_handle: PyTorch {torch.__version__} does not "
+                               "expose its cuSOLVER handle (no torch.cuda.current_solver_handle "
+                               "in this PyTorch), so the cuda driver cannot give it")
         with torch.cuda.device(current_device()):
             return _cuda["current_solver_handle"]()
     return _host_handle("solver")
@@ -252,7 +257,10 @@ def amp_definitely_not_available() -> bool:
 def get_per_process_memory_fraction(device: Any = None) -> float:
     """The fraction of the device's memory this process may use (set_per_process_memory_fraction)."""
     _lazy._lazy_init()
-    return _C._get_memory_fraction(_get_device_index(device, optional=True))
+    idx = _get_device_index(device, optional=True)
+    if _on_gpu():  # CUDA's caching allocator holds the fraction set_per_process_memory_fraction set
+        return _cuda["get_per_process_memory_fraction"](idx)
+    return _C._get_memory_fraction(idx)
 
 
 def host_memory_stats_as_nested_dict() -> dict[str, Any]:
