@@ -8,6 +8,9 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from torch_musa.config import CONFIG
+from torch_musa.testing.reference import kernel_device
+
 DEVICE_TYPE = torch.autograd.DeviceType.PrivateUse1
 
 
@@ -21,7 +24,10 @@ def _matmul_relu(n=256, steps=3):
             c = torch.relu(a @ b)
         torch.musa.synchronize()
         wall_us = (time.perf_counter() - t0) * 1e6
-    ref = torch.relu(a.cpu() @ b.cpu())
+    # The same kernels on the kernel device (cuBLAS under the cuda driver rounds otherwise
+    # than the CPU: 2.4e-5 apart on the H200).
+    kd = kernel_device()
+    ref = torch.relu(a.to(kd) @ b.to(kd)).cpu()
     torch.testing.assert_close(c.cpu(), ref)
     return prof, wall_us
 
@@ -110,7 +116,11 @@ def test_op_served_by_the_cpu_op_of_the_same_name_keeps_its_kernel():
         b.sum()
     rows = {e.key: e for e in prof.key_averages()}
     assert rows["aten::sum"].device_time_total > 0
-    assert rows["aten::sum"].device_time_total == rows["musa_kernel:aten::sum"].device_time_total
+    op, kernel = rows["aten::sum"].device_time_total, rows["musa_kernel:aten::sum"].device_time_total
+    if CONFIG.driver == "host":
+        assert op == kernel
+    else:  # CUDA's sum also launches CUDA work of its own under the op (H200: 2466 vs 2464 us)
+        assert op >= kernel
 
 
 def test_copies_are_memcpy_events(tmp_path):
@@ -125,5 +135,10 @@ def test_copies_are_memcpy_events(tmp_path):
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
     copies = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "gpu_memcpy"]
-    assert {c["name"] for c in copies} == {"Memcpy HtoD", "Memcpy DtoH"}
+    if CONFIG.driver == "host":
+        assert {c["name"] for c in copies} == {"Memcpy HtoD", "Memcpy DtoH"}
+    else:  # CUPTI's copies (the H200 run): the clone is a device-to-device copy there
+        assert {c["name"] for c in copies} == {"Memcpy HtoD (Pageable -> Device)",
+                                               "Memcpy DtoH (Device -> Pageable)",
+                                               "Memcpy DtoD (Device -> Device)"}
     assert all(c["args"]["bytes"] == 128 * 128 * 4 for c in copies)
