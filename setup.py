@@ -96,9 +96,14 @@ runtime = RuntimeExtension(
     # Default visibility: the library's symbols are its C++ API (the headers
     # under torch_musa/csrc, for extensions and programs).
     extra_compile_args={"cxx": CXX_FLAGS},
-    # The rpath finds libtorch next to an installed package (site-packages/torch/lib).
+    # The rpath finds libtorch next to an installed package (site-packages/torch/lib), and
+    # where this build found it (a checkout's in-place build): a C++ program's own runpath
+    # does not reach the library's dependencies that it does not link itself (libc10_cuda
+    # under the cuda driver: the H200 run's deployment test could not start).
     extra_link_args=["-Wl,--no-undefined", "-Wl,-soname,libtorch_musa.so",
-                     "-Wl,-rpath,$ORIGIN/../../torch/lib"],
+                     "-Wl,-rpath,$ORIGIN/../../torch/lib",
+                     "-Wl,-rpath," + os.path.join(os.path.dirname(torch.__file__), "lib")]
+    + (["-Wl,-rpath," + os.path.join(CUDA_HOME, "lib64")] if with_cuda else []),
 )
 runtime.libraries = [lib for lib in runtime.libraries if lib != "torch_python"]
 

@@ -9,6 +9,7 @@
 #include "driver/Driver.h"
 #include "core/Device.h"
 
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -41,6 +42,14 @@ class CudaDriver final : public Driver {
   std::string name() const override { return "cuda"; }
 
   void* malloc(c10::DeviceIndex d, size_t nbytes) override {
+    // CUDA's caching allocator is sized for the devices by CUDA's lazy init, which Python
+    // runs (torch.cuda) but a C++ program or a library loaded without torch_musa does not:
+    // "Allocator not initialized for device" there. Once; a no-op when torch.cuda ran it.
+    static const bool cuda_initialized = [] {
+      at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+      return true;
+    }();
+    (void)cuda_initialized;
     c10::cuda::CUDAGuard g(d);
     return cca::raw_alloc(nbytes);
   }
