@@ -388,7 +388,10 @@ class MUSAGraph:
             try:
                 self._cuda.capture_end()
             except RuntimeError:
-                self._release_cuda_generators()
+                try:
+                    self._release_cuda_generators()
+                except RuntimeError:  # the block's own error is the one to raise
+                    pass
             self._cuda_gens = []
             self._cuda.reset()
             return
