@@ -141,3 +141,13 @@ def test_cuda_driver_modes_train_like_eager(mode):
         for p, q in zip(model.parameters(), ref.parameters()):
             assert p.grad.device.type == "musa"
             torch.testing.assert_close(p.grad, q.grad, atol=2e-2, rtol=2e-2)
+
+
+def test_builtin_devices_keep_their_own_op_overrides():
+    # torch 2.11 filled its table lazily only while empty: with musa in it first, CUDA's
+    # wrappers took the CPU's device guard and wrote `with pass:` (seen on the H200)
+    import torch._inductor.compile_fx  # noqa: F401  (registers musa)
+    from torch._inductor.codegen.common import get_device_op_overrides
+
+    assert get_device_op_overrides("musa").device_guard(1) == "torch.musa.device(1)"
+    assert get_device_op_overrides("cuda").device_guard(0) == "torch.cuda._DeviceGuard(0)"

@@ -17,6 +17,7 @@ is GPU memory: each graph is compiled for the GPU instead (``kernel_device.py``)
 from __future__ import annotations
 
 import hashlib
+import importlib
 import sys
 
 import torch
@@ -324,6 +325,29 @@ def _store_bool_masks_lane_by_lane() -> None:
     CppVecKernel._get_store_line = _musa_get_store_line
 
 
+_BUILTIN_DEVICE_OP_OVERRIDES = (
+    "torch._inductor.codegen.cpu_device_op_overrides",
+    "torch._inductor.codegen.cuda.device_op_overrides",
+    "torch._inductor.codegen.mps_device_op_overrides",
+    "torch._inductor.codegen.mtia.device_op_overrides",
+    "torch._inductor.codegen.xpu.device_op_overrides",
+)
+
+
+def _load_builtin_device_op_overrides() -> None:
+    """Register PyTorch's own devices' op overrides before musa's.
+
+    torch 2.11 loads them lazily, and only while the table is empty: with musa's
+    entry in it, cuda never got its own, and a compiled CUDA graph's wrapper took
+    the CPU's device guard (``with pass:``, a syntax error; seen on the H200).
+    """
+    for name in _BUILTIN_DEVICE_OP_OVERRIDES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a device this torch does not ship
+            pass
+
+
 def register() -> None:
     """Register the musa backend with Inductor (idempotent)."""
     if CONFIG.driver == "host":
@@ -344,4 +368,5 @@ def register() -> None:
         MusaCppWrapperCpu,
         device_custom_pass=ProfileDtypeCheck(),
     )
+    _load_builtin_device_op_overrides()
     register_device_op_overrides(DEVICE, MusaDeviceOpOverrides())
