@@ -53,6 +53,7 @@ def out(src, **kw):
     ("a = torch.profiler.ProfilerActivity.CUDA\n", "a = torch.profiler.ProfilerActivity.MUSA\n"),
     # a longer rule over a prefix that has its own (torch.cuda): the longer one wins
     ("g = torch.cuda.CUDAGraph()\n", "g = torch.musa.MUSAGraph()\n"),
+    ("ok = torch.cuda.cudaStatus.SUCCESS\n", "ok = torch.musa.musaStatus.SUCCESS\n"),
     ("g = torch.cuda.CUDAGraph(keep_graph=True)\nwith torch.cuda.graph(g): pass\n",
      "g = torch.musa.MUSAGraph(keep_graph=True)\nwith torch.musa.graph(g): pass\n"),
 ])
