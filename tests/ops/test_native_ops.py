@@ -1,6 +1,8 @@
 """Registry ops checked with the public testing helpers (torch_musa.testing):
 musa against CPU copies, with gradients, out= and in-place variants, for each
 dtype the hardware profile supports."""
+import warnings
+
 import pytest
 import torch
 
@@ -69,3 +71,61 @@ def test_a_perturbed_kernel_is_caught():
                            comparators=testing.DefaultComparator(abs_diff=1e-6)).check_result()
     finally:
         del lib
+
+
+def _backend_views_without_musa_kernel():
+    """aten ops whose results alias an input and that have a CPU kernel but neither a
+    composite nor a musa one: they would reach musa only through the CPU fallback."""
+    from torch._C import _dispatch_has_kernel_for_dispatch_key as has
+
+    missing = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::"):
+            continue
+        try:
+            schemas = torch._C._jit_get_schemas_for_operator(name)
+        except RuntimeError:
+            continue
+        for s in schemas:
+            op = name + ("." + s.overload_name if s.overload_name else "")
+            outs = [r for r in s.returns if isinstance(r.type, torch.TensorType)]
+            if not outs or not all(r.alias_info is not None and not r.alias_info.is_write
+                                   for r in outs):
+                continue
+            try:
+                if has(op, "CPU") and not any(has(op, k) for k in (
+                        "PrivateUse1", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                        "CompositeExplicitAutogradNonFunctional")):
+                    missing.append(op)
+            except RuntimeError:  # an overload the dispatcher does not know by that name
+                pass
+    return missing
+
+
+def test_every_backend_view_has_a_musa_kernel():
+    assert _backend_views_without_musa_kernel() == []
+
+
+@pytest.mark.parametrize("base,view", [
+    (torch.arange(6.0), lambda x: x.unfold(0, 2, 1)),
+    (torch.arange(6.0).reshape(3, 2), torch.view_as_complex),
+    (torch.randn(3, dtype=torch.complex64), torch.view_as_real),
+])
+def test_views_alias_and_match_the_cpu(base, view):
+    m = base.to("musa")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: the views are the device's own
+        got = view(m)
+    assert got.data_ptr() == m.data_ptr()
+    torch.testing.assert_close(got.cpu(), view(base))
+
+
+def test_view_as_real_and_complex_share_memory():
+    z = torch.randn(4, dtype=torch.complex64).to("musa")
+    r = torch.view_as_real(z)
+    c = torch.view_as_complex(r)
+    assert r.data_ptr() == z.data_ptr() == c.data_ptr()
+    r[0, 0] = 5.0
+    assert z[0].real.item() == 5.0 and c[0].real.item() == 5.0
+    u = r.reshape(-1).unfold(0, 2, 2)
+    assert u.data_ptr() == z.data_ptr() and torch.equal(u.cpu(), r.cpu())
