@@ -40,6 +40,7 @@ from torch._inductor.scheduler import BaseSchedulerNode
 from torch._inductor.virtualized import V
 
 from torch_musa._inductor import kernel_device
+from torch_musa._inductor.aoti import MusaCppWrapperCpu
 from torch_musa.config import CONFIG
 from torch_musa.ops.dtype_policy import DTYPE_AGNOSTIC_OPS
 
@@ -208,13 +209,31 @@ def _answer_as_cpp_code_for_musa() -> None:
             module.get_current_backend = _get_current_backend
 
 
-_stock_bernoulli_p = None
+#: The Inductor functions musa's versions replaced, by the name each was replaced
+#: under; musa's versions call them for every other device.
+_STOCK: dict = {}
+
+
+def _replace(owner, key, musa_version) -> None:
+    """Put ``musa_version`` in place of ``owner``'s ``key`` (an attribute, or an entry
+    when ``owner`` is a dict) once, keeping the one it replaces in ``_STOCK[key]``."""
+    table = owner if isinstance(owner, dict) else vars(owner)
+    if table.get(key) is musa_version:
+        return
+    _STOCK[key] = table[key]
+    if isinstance(owner, dict):
+        owner[key] = musa_version
+    else:
+        setattr(owner, key, musa_version)
+
+
+_BERNOULLI_P = torch.ops.aten.bernoulli.p
 
 
 def _musa_bernoulli_p(x, *args, **kwargs):
     if torch._inductor.config.fallback_random and get_device_type(x) == DEVICE:
-        return _bernoulli_p_fallback(x, *args, **kwargs)
-    return _stock_bernoulli_p(x, *args, **kwargs)
+        return _STOCK["bernoulli.p fallback"](x, *args, **kwargs)
+    return _STOCK[_BERNOULLI_P](x, *args, **kwargs)
 
 
 def _lower_bernoulli_p_as_one_fallback() -> None:
@@ -228,28 +247,20 @@ def _lower_bernoulli_p_as_one_fallback() -> None:
     runs the ``bernoulli_`` after them, so SDPA with dropout returned NaN (the same graph
     on the CPU device does too). The functional op draws the same numbers as eager.
     """
-    global _stock_bernoulli_p, _bernoulli_p_fallback
-    aten_op = torch.ops.aten.bernoulli.p
-    if lowerings.get(aten_op) is _musa_bernoulli_p:
-        return
-    _stock_bernoulli_p = lowerings[aten_op]
-    _bernoulli_p_fallback = fallback_handler(aten_op, add_to_fallback_set=False)
-    lowerings[aten_op] = _musa_bernoulli_p
-
-
-_bernoulli_p_fallback = None
-
-_stock_use_two_step_variance = None
+    _STOCK.setdefault("bernoulli.p fallback",
+                      fallback_handler(_BERNOULLI_P, add_to_fallback_set=False))
+    _replace(lowerings, _BERNOULLI_P, _musa_bernoulli_p)
 
 
 def _musa_use_two_step_variance(x, axis, keepdim, input_dtype):
+    stock = _STOCK["use_two_step_variance"]
     device = x.get_device()
     if device is not None and device.type == DEVICE:
         # The rule reads the threshold by device name; musa's C++ code takes the CPU's.
         with torch._inductor.config.patch(
                 unroll_reductions_threshold=torch._inductor.config.cpp.use_two_step_variance_threshold):
-            return _stock_use_two_step_variance(x, axis, keepdim, input_dtype)
-    return _stock_use_two_step_variance(x, axis, keepdim, input_dtype)
+            return stock(x, axis, keepdim, input_dtype)
+    return stock(x, axis, keepdim, input_dtype)
 
 
 def _variance_as_on_the_cpu() -> None:
@@ -261,14 +272,7 @@ def _variance_as_on_the_cpu() -> None:
     the last bits, so a compiled LayerNorm on musa was slower than, and not bit-equal
     to, the same compiled step on the CPU device.
     """
-    global _stock_use_two_step_variance
-    if lowering.use_two_step_variance is _musa_use_two_step_variance:
-        return
-    _stock_use_two_step_variance = lowering.use_two_step_variance
-    lowering.use_two_step_variance = _musa_use_two_step_variance
-
-
-_stock_get_store_line = None
+    _replace(lowering, "use_two_step_variance", _musa_use_two_step_variance)
 
 
 def _generating_for_musa() -> bool:
@@ -286,15 +290,12 @@ def _musa_get_store_line(self, value, var, index, dtype, accu_store=False):
             f"{{ for (int64_t i = 0; i < n; ++i) out[i] = m.is_masked(i); }} else {{ m.store(out, n); }} }}"
             f"({value}, {var} + {cexpr_index(index)}, {cexpr_index(self.num_elems)});")
         return code
-    return _stock_get_store_line(self, value, var, index, dtype, accu_store)
-
-
-_stock_get_vec_load_line = None
+    return _STOCK["_get_store_line"](self, value, var, index, dtype, accu_store)
 
 
 def _musa_get_vec_load_line(self, var, index, dtype, load_mask=None):
     if dtype != torch.bool or not _generating_for_musa():
-        return _stock_get_vec_load_line(self, var, index, dtype, load_mask)
+        return _STOCK["_get_vec_load_line"](self, var, index, dtype, load_mask)
     buf = f"{var} + {cexpr_index(index)}" if index != 0 else var
     return (f"[&](const bool* p, int64_t n) {{ using M = {self._get_mask_type()}; "
             f"__at_align__ float t[M::size()] = {{}}; for (int64_t i = 0; i < n; ++i) "
@@ -315,14 +316,8 @@ def _store_bool_masks_lane_by_lane() -> None:
     branches on every lane: 2.2 ms per 262,144 random lanes, 0.4 ms branch-free. The CPU
     device keeps PyTorch's code.
     """
-    global _stock_get_store_line, _stock_get_vec_load_line
-    if CppVecKernel._get_vec_load_line is not _musa_get_vec_load_line:
-        _stock_get_vec_load_line = CppVecKernel._get_vec_load_line
-        CppVecKernel._get_vec_load_line = _musa_get_vec_load_line
-    if CppVecKernel._get_store_line is _musa_get_store_line:
-        return
-    _stock_get_store_line = CppVecKernel._get_store_line
-    CppVecKernel._get_store_line = _musa_get_store_line
+    _replace(CppVecKernel, "_get_vec_load_line", _musa_get_vec_load_line)
+    _replace(CppVecKernel, "_get_store_line", _musa_get_store_line)
 
 
 _BUILTIN_DEVICE_OP_OVERRIDES = (
@@ -359,8 +354,6 @@ def register() -> None:
     else:
         scheduling = _cuda_driver_scheduling
         kernel_device.install("cuda", ProfileDtypeCheck())
-    from torch_musa._inductor.aoti import MusaCppWrapperCpu
-
     register_backend_for_device(
         DEVICE,
         scheduling,
