@@ -7,7 +7,8 @@ import torch
 import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
-# All but the AOTInductor refusal, which held on the H200 under the cuda driver too.
+# What reads the C++ CPU code Inductor writes for the host driver (or its registration there);
+# the rest held on the H200 under the cuda driver too (Inductor writes Triton there).
 HOST = pytest.mark.requires_host_driver("Inductor's C++ CPU code over host memory")
 
 
@@ -100,7 +101,6 @@ def test_device_index_is_guarded_and_outputs_stay_on_it():
     torch.testing.assert_close(y1.cpu(), (x * 2).cos() + 1)
 
 
-@HOST
 def test_dynamic_shapes_compile_once():
     torch._dynamo.reset()
     cnt = CompileCounterWithBackend("inductor")
@@ -112,7 +112,6 @@ def test_dynamic_shapes_compile_once():
     assert cnt.frame_count == 1
 
 
-@HOST
 @pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
 def test_modes_run(mode):
     # max-autotune: the C++ backend's choices; reduce-overhead: CUDA graphs are skipped
@@ -149,7 +148,6 @@ def test_aot_inductor_says_what_is_missing(subpython):
     assert r.returncode == 0 and "refused" in r.stdout, r.stderr[-3000:]
 
 
-@HOST
 def test_cuda_compat_compiles_and_is_not_rocm(subpython):
     r = subpython("""
         import torch, torch_musa

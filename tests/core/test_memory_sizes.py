@@ -11,8 +11,9 @@ MiB = 1 << 20
 
 pytestmark = pytest.mark.usefixtures("empty_musa_cache")
 # Under the cuda driver CUDA's caching allocator serves musa memory, with the same rules: on
-# the H200 the 512-byte rounding, segments of 10 MiB and more, roundup_power2_divisions,
-# the option errors and the statistic resets held as here. The tests marked HOST did not.
+# the H200 the 512-byte rounding, the small and large pools' segment sizes, split small
+# blocks, roundup_power2_divisions, the option errors and the statistic resets
+# held as here. The tests marked HOST did not.
 HOST = pytest.mark.requires_host_driver(
     "the host driver's caching allocator; under the cuda driver CUDA's serves musa memory")
 
@@ -45,12 +46,12 @@ def test_sizes_round_up_to_512_bytes(request_bytes, counted):
 
 
 @pytest.mark.parametrize("request_bytes, pool, segment", [
-    pytest.param(4096, "small", 2 * MiB, marks=HOST),  # up to 1 MiB: 2 MiB small-pool segments
-    pytest.param(MiB, "small", 2 * MiB, marks=HOST),
-    pytest.param(MiB + 1, "large", 20 * MiB, marks=HOST),  # 1 to 10 MiB: 20 MiB segments
-    pytest.param(9 * MiB, "large", 20 * MiB, marks=HOST),
+    (4096, "small", 2 * MiB),  # up to 1 MiB: 2 MiB small-pool segments
+    (MiB, "small", 2 * MiB),
+    (MiB + 1, "large", 20 * MiB),  # 1 to 10 MiB: 20 MiB segments
+    (9 * MiB, "large", 20 * MiB),
     (10 * MiB, "large", 10 * MiB),          # 10 MiB and more: rounded up to 2 MiB
-    pytest.param(11 * MiB + 1, "large", 12 * MiB, marks=HOST),
+    (11 * MiB + 1, "large", 12 * MiB),
     (330 * MiB, "large", 330 * MiB),
 ])
 def test_segment_sizes_and_pools(request_bytes, pool, segment):
@@ -64,7 +65,6 @@ def test_segment_sizes_and_pools(request_bytes, pool, segment):
     del x
 
 
-@HOST
 def test_small_blocks_share_a_segment_and_merge_back():
     base = stats()
     a, b, c = nbytes(1000), nbytes(1000), nbytes(3000)

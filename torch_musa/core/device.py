@@ -223,5 +223,5 @@ def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:
     for index in (a, b):
         _C._check_device(index)  # IndexError naming the valid range
     if CONFIG.driver == "cuda":
-        return torch.cuda.can_device_access_peer(a, b)
+        return torch._C._cuda_canDeviceAccessPeer(a, b)  # cuda_compat binds torch.cuda's name here
     return a != b

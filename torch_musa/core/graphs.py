@@ -60,7 +60,7 @@ _pools_lock = threading.Lock()
 def is_current_stream_capturing() -> bool:
     """Whether the current musa stream is capturing a graph."""
     if _CUDA:
-        return torch.cuda.is_current_stream_capturing()
+        return torch._C._cuda_isCurrentStreamCapturing()  # not torch.cuda's name: cuda_compat binds it here
     if not _lazy.is_initialized():
         return False
     s = current_stream()
@@ -70,7 +70,7 @@ def is_current_stream_capturing() -> bool:
 def graph_pool_handle() -> _POOL_HANDLE:
     """An opaque token naming a graph memory pool, to share one pool between captures."""
     if _CUDA:
-        return torch.cuda.graph_pool_handle()
+        return _POOL_HANDLE(torch._C._graph_pool_handle())
     return _POOL_HANDLE(tuple(_C._mempool_new_id(True)))
 
 

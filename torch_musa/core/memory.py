@@ -189,10 +189,16 @@ def _cuda_driver() -> bool:
     return CONFIG.driver == "cuda"
 
 
+# torch.cuda's own functions, bound before cuda_compat points torch.cuda's names at these
+# (calling through the names then came back here, without end).
+_CUDA_MEMORY = {name: getattr(torch.cuda.memory, name) for name in (
+    "memory_snapshot", "_record_memory_history", "_snapshot", "get_allocator_backend")}
+
+
 def memory_snapshot(mempool_id: tuple[int, int] | None = None, include_traces: bool = True) -> list[dict[str, Any]]:
     """Every segment the allocator holds (of one pool with ``mempool_id``), with its blocks."""
     if _cuda_driver():
-        return torch.cuda.memory_snapshot(mempool_id, include_traces=include_traces)
+        return _CUDA_MEMORY["memory_snapshot"](mempool_id, include_traces=include_traces)
     pool = None if mempool_id is None else tuple(mempool_id)
     return _C._memory_snapshot(pool, include_traces)["segments"]
 
@@ -230,7 +236,7 @@ def _record_memory_history_impl(enabled: str | None = "all", context: str | None
                                 global_record_annotations: bool = False,
                                 skip_actions: list[str] | None = None) -> None:
     if _cuda_driver():
-        return torch.cuda.memory._record_memory_history(
+        return _CUDA_MEMORY["_record_memory_history"](
             enabled, context=context, stacks=stacks, max_entries=max_entries,
             clear_history=clear_history, compile_context=compile_context,
             global_record_annotations=global_record_annotations, skip_actions=skip_actions)
@@ -246,7 +252,7 @@ def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[
     """The allocator's state in torch.cuda.memory._snapshot()'s format: ``segments`` (with
     blocks and their frames) and ``device_traces`` (one list of actions per device)."""
     if _cuda_driver():
-        return torch.cuda.memory._snapshot(device, augment_with_fx_traces)
+        return _CUDA_MEMORY["_snapshot"](device, augment_with_fx_traces)
     s = _C._memory_snapshot(None, True)
     if augment_with_fx_traces:
         s = torch.cuda.memory._augment_memory_snapshot_stack_traces(s)
@@ -274,7 +280,7 @@ def _save_memory_usage(filename: str = "output.svg", snapshot: dict | None = Non
 def get_allocator_backend() -> str:
     """``native`` (the caching allocator) or ``pluggable`` (a MUSAPluggableAllocator)."""
     if _cuda_driver():
-        return torch.cuda.get_allocator_backend()
+        return _CUDA_MEMORY["get_allocator_backend"]()
     return _C._allocator_backend()
 
 

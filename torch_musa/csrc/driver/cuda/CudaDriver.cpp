@@ -37,23 +37,28 @@ CUDAStream cuda_stream(c10::Stream s) {
   return CUDAStream::unpack3(s.id(), s.device_index(), c10::DeviceType::CUDA);
 }
 
+// CUDA's caching allocator, sized for the devices. torch.cuda's lazy init sizes it, but a
+// C++ program or a library loaded without torch_musa's Python never runs that ("Allocator
+// not initialized for device"); both are once-only or grow-only, so repeating them is harmless.
+cca::CUDAAllocator* cuda_allocator() {
+  static const bool sized = [] {
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    cca::get()->init(c10::cuda::device_count());
+    return true;
+  }();
+  (void)sized;
+  return cca::get();  // not kept: change_current_allocator may swap it
+}
+
 class CudaDriver final : public Driver {
  public:
   std::string name() const override { return "cuda"; }
 
   void* malloc(c10::DeviceIndex d, size_t nbytes) override {
-    // CUDA's caching allocator is sized for the devices by CUDA's lazy init, which Python
-    // runs (torch.cuda) but a C++ program or a library loaded without torch_musa does not:
-    // "Allocator not initialized for device" there. Once; a no-op when torch.cuda ran it.
-    static const bool cuda_initialized = [] {
-      at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
-      return true;
-    }();
-    (void)cuda_initialized;
     c10::cuda::CUDAGuard g(d);
-    return cca::raw_alloc(nbytes);
+    return cuda_allocator()->raw_alloc(nbytes);
   }
-  void free(c10::DeviceIndex, void* ptr, size_t) override { cca::raw_delete(ptr); }
+  void free(c10::DeviceIndex, void* ptr, size_t) override { cuda_allocator()->raw_delete(ptr); }
   void* malloc_host(size_t nbytes) override {
     void* p = nullptr;
     if (cudaHostAlloc(&p, std::max<size_t>(nbytes, 1), cudaHostAllocDefault) != cudaSuccess) {
@@ -133,7 +138,7 @@ class CudaDriver final : public Driver {
   }
 
   c10::DeviceType kernel_device_type() const override { return c10::DeviceType::CUDA; }
-  c10::Allocator* kernel_allocator() override { return cca::get(); }
+  c10::Allocator* kernel_allocator() override { return cuda_allocator(); }
   at::Generator kernel_generator(c10::DeviceIndex d, uint64_t seed) override {
     at::Generator g = at::cuda::detail::createCUDAGenerator(d);
     g.set_current_seed(seed);
@@ -142,9 +147,9 @@ class CudaDriver final : public Driver {
   at::Generator default_kernel_generator(c10::DeviceIndex d) override {
     return at::cuda::detail::getDefaultCUDAGenerator(d);
   }
-  c10::DeviceAllocator* native_allocator() override { return cca::get(); }
+  c10::DeviceAllocator* native_allocator() override { return cuda_allocator(); }
   void set_memory_fraction(double fraction, c10::DeviceIndex d) override {
-    cca::setMemoryFraction(fraction, d);
+    cuda_allocator()->setMemoryFraction(fraction, d);
   }
   int device_of(const void* ptr) override {
     cudaPointerAttributes attr{};
