@@ -113,15 +113,21 @@ def test_out_of_memory_names_sizes_and_device_recovers():
     assert torch.empty(40 * MiB, dtype=torch.uint8, device="musa:1").numel() == 40 * MiB  # other device unaffected
 
 
-def test_oom_inside_a_host_kernel_is_the_same_error():
-    # 16 MiB beyond what the process holds now (CUDA's allocator keeps what earlier tests made).
-    torch.musa.empty_cache()
-    allowed = torch.musa.memory_reserved(0) + 16 * MiB
-    torch.musa.set_per_process_memory_fraction(allowed / torch.musa.get_device_properties(0).total_memory, 0)
-    x = torch.ones(3 * MiB, device="musa:0")  # 12 MiB
-    with pytest.raises(torch.OutOfMemoryError):
-        x * 2
-    del x
+def test_oom_inside_a_kernel_is_the_same_error(subpython):
+    # A fresh process: the cap is 16 MiB above what it holds, whatever earlier tests left.
+    r = subpython(f"""
+        import torch, torch_musa
+        allowed = torch.musa.memory_reserved(0) + 16 * {MiB}
+        torch.musa.set_per_process_memory_fraction(allowed / torch.musa.get_device_properties(0).total_memory, 0)
+        x = torch.ones(3 * {MiB}, device="musa:0")  # 12 MiB
+        try:
+            x * 2
+        except torch.OutOfMemoryError as e:
+            print("OOM", type(e).__name__)
+        print(x.sum().item(), (x[:4] + 1).sum().item())  # still usable
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "OOM OutOfMemoryError" in r.stdout and f"{float(3 * MiB)} 8.0" in r.stdout
 
 
 @pytest.mark.requires_host_driver("device memory is not host memory on a GPU")

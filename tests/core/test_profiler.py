@@ -80,7 +80,7 @@ def test_chrome_trace_has_kernels_streams_and_device_properties(tmp_path):
     rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
             if e.get("ph") == "M" and e.get("name") == "thread_name"}
     assert rows[(0, stream)] == f"musa stream {stream}"
-    props = trace["deviceProperties"]
+    props = [p for p in trace["deviceProperties"] if p.get("backend") == "musa"]  # and CUDA's
     assert len(props) == torch.musa.device_count()
     assert props[0]["name"] == torch.musa.get_device_name(0)
     assert props[0]["totalGlobalMem"] == torch.musa.get_device_properties(0).total_memory

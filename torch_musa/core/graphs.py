@@ -38,7 +38,7 @@ from torch_musa.config import CONFIG
 from torch_musa.core import _lazy
 from torch_musa.core.memory import empty_cache
 from torch_musa.core.device import synchronize
-from torch_musa.core.streams import Stream, current_stream
+from torch_musa.core.streams import Stream, current_stream, default_stream
 from torch_musa.core.streams import stream as _stream_ctx
 
 __all__ = [
@@ -303,6 +303,7 @@ class MUSAGraph:
         self._rng: list[torch.Tensor] = []
         self._generators: list[torch.Generator] = []
         self._cuda_gens: list[torch.Generator] = []  # in capture mode while a CUDA capture runs
+        self._cuda_pool: tuple | None = None  # (stream, device, *pool id) while a capture runs
         self._debug = False
         self._ops: list[str] = []
         self._routed = False  # the allocator routes (or routed) this capture to the pool
@@ -314,11 +315,28 @@ class MUSAGraph:
             raise ValueError(f"capture_error_mode must be one of {sorted(_MODES)}, "
                              f"got {capture_error_mode!r}")
         if self._cuda is not None:
-            self._cuda.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
-            # The generators CUDA's capture put in capture mode: the current device's
+            s = current_stream()
+            if s == default_stream(s.device_index):
+                # Checked here: CUDA checks after putting the generators in capture mode, and
+                # its refusal left every later draw of the process raising.
+                raise RuntimeError("MUSA graphs must be captured on a non-default stream. "
+                                   "(However, after capture, it's ok to replay them on the "
+                                   "default stream.)")
+            # The generators CUDA's capture puts in capture mode: the current device's
             # default one (musa's default generator is CUDA's there) and those registered.
             self._cuda_gens = ([_C._default_generator(torch._C._cuda_getDevice())]
                                + self._generators)
+            # The pool named here (one of its own unless shared) so that a capture CUDA fails
+            # to end can still give it back: CUDA's capture_end raises before it ends the pool
+            # and reset() then skips it, which kept its memory, and a per-allocation capture
+            # check, for the rest of the process.
+            pool = tuple(pool) if pool is not None else tuple(torch._C._graph_pool_handle())
+            try:
+                self._cuda.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
+            except BaseException:
+                self._release_cuda_generators()
+                raise
+            self._cuda_pool = (s, torch._C._cuda_getDevice(), *pool)
             return
         if self._exec is not None or self._recorder is not None:
             raise RuntimeError("This MUSAGraph instance already owns a captured graph. To "
@@ -364,9 +382,9 @@ class MUSAGraph:
             try:
                 self._cuda.capture_end()
             except RuntimeError:
-                self._release_cuda_generators()
+                self._release_failed_cuda_capture()
                 raise
-            self._cuda_gens = []
+            self._cuda_gens, self._cuda_pool = [], None
             return
         if self._recorder is None:
             raise RuntimeError("capture_end() without capture_begin()")
@@ -389,15 +407,29 @@ class MUSAGraph:
                 self._cuda.capture_end()
             except RuntimeError:
                 try:
-                    self._release_cuda_generators()
-                except RuntimeError:  # the block's own error is the one to raise
-                    pass
-            self._cuda_gens = []
+                    self._release_failed_cuda_capture()
+                except RuntimeError as e:  # the block's own error is the one to raise
+                    warnings.warn(f"musa graph capture aborted; its generators or pool were "
+                                  f"not given back: {e}", RuntimeWarning, stacklevel=3)
+            self._cuda_gens, self._cuda_pool = [], None
             self._cuda.reset()
             return
         if self._recorder is not None:
             self._finish()
         self.reset()
+
+    def _release_failed_cuda_capture(self) -> None:
+        """A CUDA capture that failed to end: its generators and its pool back to eager use."""
+        self._release_cuda_generators()
+        run, self._cuda_pool = self._cuda_pool, None
+        if run is None:
+            return
+        stream, device, pool = run[0], run[1], run[2:]
+        with _stream_ctx(stream):  # ended (even failed) unless it was ended on another stream
+            if torch._C._cuda_isCurrentStreamCapturing():
+                return
+        torch._C._cuda_endAllocateToPool(device, pool)
+        torch._C._cuda_releasePool(device, pool)
 
     def _release_cuda_generators(self) -> None:
         """After a capture CUDA invalidated: give the generators back to eager use.
