@@ -189,6 +189,55 @@ def test_held_work_answers_cpp_and_python_alike():
         mccl_C._set_future_error(torch.futures.Future(), 3)
 
 
+def test_works_pending_at_exit_do_not_abort_the_process(subpython):
+    """Async works still queued on Gloo's threads when the process exits: their
+    completion runs in C++ there. A Python callback (as the kernels once chained)
+    kept the group alive past destroy_process_group and took the GIL during
+    interpreter shutdown, which aborted the process ("terminate called without an
+    active exception") 5 times in 5 with these sizes."""
+    r = subpython("""
+        import os, tempfile
+        import torch, torch_musa
+        import torch.distributed as dist
+        store = dist.FileStore(tempfile.mktemp(prefix="mccl_store_"), 1)
+        dist.init_process_group("mccl", store=store, rank=0, world_size=1)
+        x = torch.ones(1 << 20, device="musa")
+        out = torch.empty_like(x)
+        for _ in range(100):  # Python kernel; nobody waits, most are still queued below
+            dist.all_to_all_single(out, x, async_op=True)
+        dist.destroy_process_group()  # the group goes (its threads drain and join) here
+        names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+        print("gloo threads left:", sum(n.startswith("pt_gloo") for n in names))
+    """, timeout=60)
+    assert r.returncode == 0 and "gloo threads left: 0" in r.stdout, r.stdout[-1000:] + r.stderr[-2000:]
+
+
+def test_chained_future_names_the_error_without_python():
+    """A backend future's error reaches the Work's future named after the collective
+    (through C++ as well) and its wait() as MCCLError; success yields the value."""
+    t = torch.ones(6, device="musa")
+    for each in (False, True):
+        parent = torch.futures.Future()
+        failed = torch.futures.Future()
+        mccl_C._set_future_error(failed, RuntimeError("Timed out waiting 1000ms for recv"))
+        out = works.chain(torch.futures.Future(), torch.futures.collect_all([failed]) if each else parent,
+                          "all_to_all_single", None, [t], [t], each=each)
+        if not each:
+            mccl_C._set_future_error(parent, RuntimeError("Timed out waiting 1000ms for recv"))
+        w = dist.Work.unbox(works.held(works.MusaWork(out, "all_to_all_single", named=True)))
+        with pytest.raises(mccl.MCCLError, match=r"mccl all_to_all_single failed on this rank, local "
+                           r"tensors \[\(6,\):float32\] \(a peer did not join .*\): Timed out"):
+            w.wait()
+        for f in (out, _C_work_future(w)):
+            with pytest.raises(RuntimeError, match="mccl all_to_all_single failed.*Timed out"):
+                f.wait()
+    parent, ok = torch.futures.Future(), torch.futures.Future()
+    works.chain(ok, parent, "all_to_all_single", None, [t], [[t], []])
+    parent.set_result(None)
+    got = ok.wait()
+    assert len(got) == 2 and got[0][0] is t and got[1] == []
+
+
 def _C_work_future(w):
     """The future as a C++ consumer sees it: through a C++ work wrapping it."""
     from torch._C import _distributed_c10d as c10d

@@ -24,6 +24,10 @@
 #include <unordered_set>
 #include <vector>
 
+namespace torch_musa {
+std::string mccl_error_hint(const std::string& msg, bool checks_all);  // py_work.cpp
+}  // namespace torch_musa
+
 namespace {
 
 using c10d::Work;
@@ -103,22 +107,23 @@ std::string describe(at::TensorList ts) {
   return s + "]";
 }
 
-std::string hint(const std::string& msg) {
-  auto has = [&](const char* w) { return msg.find(w) != std::string::npos; };
-  if (has("imed out") || has("imeout"))
-    return " (a peer did not join the collective within the process group timeout: it may have "
-           "died, be stuck, or be running a different collective)";
-  if (has("onnection closed") || has("onnection reset") || has("roken pipe"))
-    return " (a peer process exited or closed its connection)";
-  if (has("ismatch") || has("preamble") || has("nbytes"))
-    return " (the ranks passed tensors of different shapes or dtypes)";
-  return "";
+// The cause a backend's error message points at (py_work.cpp, shared with the
+// Python kernels' errors); the C++ kernels do not suggest MCCL_CHECK_COLLECTIVES.
+std::string hint(const std::string& msg) { return torch_musa::mccl_error_hint(msg, true); }
+
+std::string where(const c10::intrusive_ptr<c10d::Backend>& b) {
+  return "rank " + std::to_string(b->getRank()) + " of " + std::to_string(b->getSize());
+}
+
+[[noreturn]] void rethrow_named(const char* name, const std::string& rank_of, at::TensorList ts,
+                                const std::string& msg) {
+  TORCH_CHECK(false, "mccl ", name, " failed on ", rank_of, ", local tensors ", describe(ts), hint(msg), ": ",
+              msg);
 }
 
 [[noreturn]] void rethrow_named(const char* name, const c10::intrusive_ptr<c10d::Backend>& b,
                                 at::TensorList ts, const std::string& msg) {
-  TORCH_CHECK(false, "mccl ", name, " failed on rank ", b->getRank(), " of ", b->getSize(),
-              ", local tensors ", describe(ts), hint(msg), ": ", msg);
+  rethrow_named(name, where(b), ts, msg);
 }
 
 // Stages the aliases of one call when the backend cannot read device memory.
@@ -277,12 +282,16 @@ class MusaWork : public Work {
     fut_ = musa_future(values);
     auto fut = fut_;
     auto vals = std::move(values);
-    auto b = backend_;
+    // The callback runs (and is destroyed) on the backend's worker thread: it holds the
+    // rank's name, not the backend, which would otherwise keep the process group alive
+    // past destroy_process_group and could be released last right there, where
+    // ProcessGroupGloo's destructor would join the very thread it runs on.
+    std::string rank_of = where(backend_);
     const char* nm = name_;
-    inner_->getFuture()->addCallback([fut, vals, b, nm](c10::ivalue::Future& f) mutable {
+    inner_->getFuture()->addCallback([fut, vals, rank_of, nm](c10::ivalue::Future& f) mutable {
       if (f.hasError()) {
         try {
-          rethrow_named(nm, b, vals, f.tryRetrieveErrorMessage());
+          rethrow_named(nm, rank_of, vals, f.tryRetrieveErrorMessage());
         } catch (...) {
           fut->setError(std::current_exception());
         }

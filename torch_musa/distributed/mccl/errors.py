@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from torch_musa.config import CONFIG
+from torch_musa.distributed import _C as _mccl_C
 
 
 class MCCLError(RuntimeError):
@@ -22,27 +23,29 @@ def describe(tensors) -> str:
     return "[" + ", ".join(out) + "]"
 
 
-def named_error(name, backend, tensors, exc) -> MCCLError:
-    """``exc`` as an MCCLError naming collective ``name``, this rank and ``tensors``."""
-    if isinstance(exc, MCCLError):
-        return exc
-    msg = str(exc)
+def error_head(name, backend, tensors) -> str:
+    """``mccl all_to_all failed on rank 0 of 2, local tensors [...]``: what an error of
+    collective ``name`` starts with (the backend's message and a hint follow)."""
     try:
         where = f"rank {backend.rank()} of {backend.size()}"
     except Exception:  # noqa: BLE001
         where = "this rank"
-    if tensors and isinstance(tensors, torch.Tensor):
+    if tensors is not None and isinstance(tensors, torch.Tensor):
         tensors = [tensors]
-    hint = ""
-    low = msg.lower()
-    if "timed out" in low or "timeout" in low:
-        hint = (" (a peer did not join the collective within the process group timeout: it may "
-                "have died, be stuck, or be running a different collective)")
-    elif "connection closed" in low or "connection reset" in low or "broken pipe" in low:
-        hint = " (a peer process exited or closed its connection)"
-    elif "preamble" in low or "size mismatch" in low or "mismatch" in low or "nbytes" in low:
-        checks_all = CONFIG.mccl_check_collectives == "all"
-        hint = (" (the ranks passed tensors of different shapes or dtypes"
-                + ("" if checks_all or "Detected mismatch" in msg else
-                   "; set MCCL_CHECK_COLLECTIVES=all for a cross-rank check before each collective") + ")")
-    return MCCLError(f"mccl {name} failed on {where}, local tensors {describe(tensors)}{hint}: {msg}")
+    return f"mccl {name} failed on {where}, local tensors {describe(tensors or [])}"
+
+
+def checks_all() -> bool:
+    """Whether every collective is checked across ranks first (then no hint suggests it)."""
+    return CONFIG.mccl_check_collectives == "all"
+
+
+def named_error(name, backend, tensors, exc) -> MCCLError:
+    """``exc`` as an MCCLError naming collective ``name``, this rank and ``tensors``.
+
+    The hint comes from the C++ side (``_error_hint``), which words the errors of
+    futures completed off the Python threads the same way."""
+    if isinstance(exc, MCCLError):
+        return exc
+    msg = str(exc)
+    return MCCLError(f"{error_head(name, backend, tensors)}{_mccl_C._error_hint(msg, checks_all())}: {msg}")

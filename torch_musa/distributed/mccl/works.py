@@ -3,13 +3,14 @@
 Synchronous calls wait inside the kernel, so a failure is raised there, naming
 the collective. Asynchronous ones return a :class:`MusaWork` whose ``wait()``
 raises that error and whose future yields the musa tensors. Each is handed out
-inside a C++ Work that owns it (:func:`held`, ``csrc/py_work.cpp``). Gloo works
-without a future of their own (reduce_scatter, send, recv) complete on the
-completer's threads.
+inside a C++ Work that owns it (:func:`held`, ``csrc/py_work.cpp``). A backend
+future is followed in C++ (:func:`chain`), never by a Python callback: those run
+on the backend's threads, which outlive the interpreter. Gloo works without a
+future of their own (reduce_scatter, send, recv) complete on the completer's
+threads.
 """
 from __future__ import annotations
 
-import functools
 import queue
 import threading
 
@@ -19,7 +20,7 @@ from torch._C import _distributed_c10d as _c10d
 
 from torch_musa.distributed import _C as _mccl_C  # loading it registers the C++ kernels
 from torch_musa.distributed.mccl.aliases import CUDA_ALIASES, staging_scope
-from torch_musa.distributed.mccl.errors import named_error
+from torch_musa.distributed.mccl.errors import MCCLError, checks_all, error_head, named_error
 
 _work_from_future = _c10d._create_work_from_future
 
@@ -52,6 +53,15 @@ def fail(fut, errors, err):
     _mccl_C._set_future_error(fut, err)
 
 
+def chain(out, parent, name, backend, tensors, value, each=False):
+    """Complete ``out`` when ``parent`` (a backend's future) completes: with ``value``, or
+    with an error naming the collective. ``each``: ``parent`` is ``collect_all``'s future
+    and any failed one fails ``out``. The callback is C++ holding no Python object
+    (``csrc/py_work.cpp``: a Python one there aborted the process at exit)."""
+    _mccl_C._chain_future(out, parent, value, error_head(name, backend, tensors), checks_all(), each)
+    return out
+
+
 def _flat_tensors(value):
     if isinstance(value, torch.Tensor):
         yield value
@@ -70,19 +80,28 @@ class MusaWork(dist.Work):
     registry) would otherwise reach the base ``Work::wait`` once it was collected.
     """
 
-    def __init__(self, fut, name, errors=None):
+    def __init__(self, fut, name, errors=None, named=False):
         super().__init__()
         self._fut = fut
         self._name = name
         self._errors = errors
+        self._named = named  # the future's errors are mccl's (chain): raised as MCCLError
+
+    def _error(self, exc):
+        if self._errors:  # the MCCLError itself, not the future's RuntimeError
+            return self._errors[0]
+        if self._named and not isinstance(exc, MCCLError):
+            return MCCLError(str(exc))
+        return exc
 
     def wait(self, timeout=None):  # noqa: ARG002  (Gloo enforces the group's timeout)
         try:
             self._fut.wait()
-        except Exception:
-            if self._errors:  # the MCCLError itself, not the future's RuntimeError
-                raise self._errors[0] from None
-            raise
+        except Exception as exc:
+            err = self._error(exc)
+            if err is exc:
+                raise
+            raise err from None
         return True
 
     def get_future(self):
@@ -102,7 +121,7 @@ class MusaWork(dist.Work):
         try:
             self._fut.value()
         except Exception as exc:  # noqa: BLE001
-            return self._errors[0] if self._errors else exc
+            return self._error(exc)
         return None
 
     def result(self):
@@ -193,16 +212,6 @@ def _device_of(*values):
     return torch.device("musa", torch.musa.current_device())
 
 
-def _resolved(name, backend, tensors, value, errors, fut):
-    try:
-        fut.value()
-    except Exception as exc:  # noqa: BLE001
-        err = named_error(name, backend, tensors, exc)
-        errors.append(err)
-        raise err from exc
-    return value
-
-
 def _complete(out, wait, errors, name, backend, tensors, value):
     """Complete ``out`` with ``value`` once ``wait()`` returns, or with the error it raised,
     named after the collective."""
@@ -212,16 +221,6 @@ def _complete(out, wait, errors, name, backend, tensors, value):
         fail(out, errors, named_error(name, backend, tensors, exc))
     else:
         out.set_result(value)
-
-
-def _settle(out, name, backend, tensors, value, errors, fut):
-    _complete(out, fut.value, errors, name, backend, tensors, value)
-
-
-def _settle_all(out, name, backend, tensors, value, errors, fut):
-    # collect_all's own failure completes ``out`` too (an exception left in this callback
-    # would leave ``out`` pending).
-    _complete(out, lambda: [sub.value() for sub in fut.value()], errors, name, backend, tensors, value)
 
 
 def finish(name, backend, work, async_op, value, tensors, has_future=True):
@@ -251,16 +250,16 @@ def finish(name, backend, work, async_op, value, tensors, has_future=True):
         return DONE_WORK
     if not has_future:
         return completer.complete(work, name, backend, tensors, value)
-    errors = []
+    fut = chain(_out_future(value, tensors), work.get_future(), name, backend, tensors, value)
+    return held(MusaWork(fut, name, named=True))
+
+
+def _out_future(value, tensors):
+    """The future a Work hands out. With CUDA aliases, stream-ordered: a future on the
+    musa device (its events order the consumers after the collective)."""
     if CUDA_ALIASES:
-        # Stream-ordered completion: a future on the musa device (its events order the
-        # consumers after the collective), set from the backend's CUDA future.
-        fut = torch.futures.Future(devices=[_device_of(value, tensors)])
-        work.get_future().add_done_callback(
-            functools.partial(_settle, fut, name, backend, tensors, value, errors))
-    else:
-        fut = work.get_future().then(functools.partial(_resolved, name, backend, tensors, value, errors))
-    return held(MusaWork(fut, name, errors))
+        return torch.futures.Future(devices=[_device_of(value, tensors)])
+    return torch.futures.Future()
 
 
 def finish_many(name, backend, works, async_op, value, tensors):
@@ -273,20 +272,6 @@ def finish_many(name, backend, works, async_op, value, tensors):
             except Exception as exc:  # noqa: BLE001
                 raise named_error(name, backend, tensors, exc) from exc
         return works[-1].boxed() if works else done_work(value)
-    futs = [w.get_future() for w in works]
-    all_done = torch.futures.collect_all(futs)
-
-    def _cb(f):
-        for sub in f.value():
-            try:
-                sub.value()
-            except Exception as exc:  # noqa: BLE001
-                raise named_error(name, backend, tensors, exc) from exc
-        return value
-
-    if CUDA_ALIASES:  # stream-ordered completion, as in finish
-        out = torch.futures.Future(devices=[_device_of(value, tensors)])
-        errors = []
-        all_done.add_done_callback(functools.partial(_settle_all, out, name, backend, tensors, value, errors))
-        return held(MusaWork(out, name, errors))
-    return held(MusaWork(all_done.then(_cb), name))
+    all_done = torch.futures.collect_all([w.get_future() for w in works])
+    fut = chain(_out_future(value, tensors), all_done, name, backend, tensors, value, each=True)
+    return held(MusaWork(fut, name, named=True))
