@@ -67,6 +67,15 @@ def is_current_stream_capturing() -> bool:
     return _C._stream_is_capturing(s.device_index, s.stream_id)
 
 
+def _cuda_default_generator(device: int) -> torch.Generator:
+    """CUDA's own default generator of ``device``: the one CUDA's capture puts in capture
+    mode (musa's wraps it, and the wrapper cannot take graphsafe_set_state). Under
+    cuda_compat torch.cuda's tuple is musa's: musa's generator is all there is to name."""
+    gens = torch.cuda.default_generators
+    g = gens[device] if device < len(gens) else None
+    return g if isinstance(g, torch.Generator) and g.device.type == "cuda" else _C._default_generator(device)
+
+
 def graph_pool_handle() -> _POOL_HANDLE:
     """An opaque token naming a graph memory pool, to share one pool between captures."""
     if _CUDA:
@@ -324,7 +333,7 @@ class MUSAGraph:
                                    "default stream.)")
             # The generators CUDA's capture puts in capture mode: the current device's
             # default one (musa's default generator is CUDA's there) and those registered.
-            self._cuda_gens = ([_C._default_generator(torch._C._cuda_getDevice())]
+            self._cuda_gens = ([_cuda_default_generator(torch._C._cuda_getDevice())]
                                + self._generators)
             # The pool named here (one of its own unless shared) so that a capture CUDA fails
             # to end can still give it back: CUDA's capture_end raises before it ends the pool
@@ -419,17 +428,26 @@ class MUSAGraph:
         self.reset()
 
     def _release_failed_cuda_capture(self) -> None:
-        """A CUDA capture that failed to end: its generators and its pool back to eager use."""
-        self._release_cuda_generators()
+        """A CUDA capture that failed to end: its generators and its pool back to eager use
+        (each tried, the first failure raised after)."""
+        errors = []
+        try:
+            self._release_cuda_generators()
+        except RuntimeError as e:
+            errors.append(e)
         run, self._cuda_pool = self._cuda_pool, None
-        if run is None:
-            return
-        stream, device, pool = run[0], run[1], run[2:]
-        with _stream_ctx(stream):  # ended (even failed) unless it was ended on another stream
-            if torch._C._cuda_isCurrentStreamCapturing():
-                return
-        torch._C._cuda_endAllocateToPool(device, pool)
-        torch._C._cuda_releasePool(device, pool)
+        if run is not None:
+            stream, device, pool = run[0], run[1], run[2:]
+            with _stream_ctx(stream):  # ended (even failed) unless ended on another stream
+                capturing = torch._C._cuda_isCurrentStreamCapturing()
+            if not capturing:
+                try:
+                    torch._C._cuda_endAllocateToPool(device, pool)
+                    torch._C._cuda_releasePool(device, pool)
+                except RuntimeError as e:
+                    errors.append(e)
+        if errors:
+            raise errors[0]
 
     def _release_cuda_generators(self) -> None:
         """After a capture CUDA invalidated: give the generators back to eager use.
@@ -440,10 +458,16 @@ class MUSAGraph:
         fresh state holding its seed and offset (a capture does not advance the eager
         offset), which is what a completed capture would have left."""
         gens, self._cuda_gens = self._cuda_gens, []
+        errors = []
         for g in gens:
-            fresh = torch.Generator(device=g.device)
-            fresh.set_state(g.get_state())
-            g.graphsafe_set_state(fresh)
+            try:
+                fresh = torch.Generator(device=g.device)
+                fresh.set_state(g.get_state())
+                g.graphsafe_set_state(fresh)
+            except RuntimeError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     def replay(self) -> None:
         """Re-run the captured work over the captured memory."""
