@@ -64,6 +64,7 @@ dist.destroy_process_group()
 '''
 
 
+@pytest.mark.requires_devices(2)  # a rank per device: on the one-GPU H200 rank 1 had no device
 def test_fsdp2_meta_init_reset_parameters_matches_an_unsharded_init(tmp_path):
     """pytorch/examples distributed/FSDP2/example.py: build on the meta device,
     fully_shard, to_empty(device=musa), reset_parameters(). The shards of every
@@ -75,7 +76,12 @@ def test_fsdp2_meta_init_reset_parameters_matches_an_unsharded_init(tmp_path):
     procs = [subprocess.Popen([sys.executable, str(script), str(r), str(tmp_path / "store")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for r in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    except subprocess.TimeoutExpired:  # one rank failed, the other waits on it: show both
+        for p in procs:
+            p.kill()
+        pytest.fail("a rank hung:\n" + "\n".join(p.communicate()[1][-2000:] for p in procs))
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
     assert sorted(out.split()[-2:] for out, _ in outs) == [["0", "True"], ["1", "True"]], outs
