@@ -194,7 +194,9 @@ def test_works_pending_at_exit_do_not_abort_the_process(subpython):
     completion runs in C++ there. A Python callback (as the kernels once chained)
     kept the group alive past destroy_process_group and took the GIL during
     interpreter shutdown, which aborted the process ("terminate called without an
-    active exception") 5 times in 5 with these sizes."""
+    active exception") 5 times in 5 with these sizes. Works without a future
+    (reduce_scatter) wait on the completer's threads, joined before finalization
+    (3 aborts in 6 while they were left running as daemons)."""
     r = subpython("""
         import os, tempfile
         import torch, torch_musa
@@ -203,8 +205,9 @@ def test_works_pending_at_exit_do_not_abort_the_process(subpython):
         dist.init_process_group("mccl", store=store, rank=0, world_size=1)
         x = torch.ones(1 << 20, device="musa")
         out = torch.empty_like(x)
-        for _ in range(100):  # Python kernel; nobody waits, most are still queued below
+        for _ in range(100):  # Python kernels; nobody waits, most are still queued below
             dist.all_to_all_single(out, x, async_op=True)
+            dist.reduce_scatter(out, [x], async_op=True)
         dist.destroy_process_group()  # the group goes (its threads drain and join) here
         names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
         print("gloo threads left:", sum(n.startswith("pt_gloo") for n in names))

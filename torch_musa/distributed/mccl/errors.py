@@ -40,12 +40,18 @@ def checks_all() -> bool:
     return CONFIG.mccl_check_collectives == "all"
 
 
-def named_error(name, backend, tensors, exc) -> MCCLError:
-    """``exc`` as an MCCLError naming collective ``name``, this rank and ``tensors``.
-
-    The hint comes from the C++ side (``_error_hint``), which words the errors of
+def named(head, exc) -> MCCLError:
+    """``exc`` as an MCCLError starting with ``head`` (:func:`error_head`), with a hint at its
+    cause. The hint comes from the C++ side (``_error_hint``), which words the errors of
     futures completed off the Python threads the same way."""
     if isinstance(exc, MCCLError):
         return exc
     msg = str(exc)
-    return MCCLError(f"{error_head(name, backend, tensors)}{_mccl_C._error_hint(msg, checks_all())}: {msg}")
+    return MCCLError(f"{head}{_mccl_C._error_hint(msg, checks_all())}: {msg}")
+
+
+def named_error(name, backend, tensors, exc) -> MCCLError:
+    """``exc`` as an MCCLError naming collective ``name``, this rank and ``tensors``."""
+    if isinstance(exc, MCCLError):
+        return exc
+    return named(error_head(name, backend, tensors), exc)

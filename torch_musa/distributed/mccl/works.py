@@ -11,6 +11,7 @@ threads.
 """
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 
@@ -20,7 +21,7 @@ from torch._C import _distributed_c10d as _c10d
 
 from torch_musa.distributed import _C as _mccl_C  # loading it registers the C++ kernels
 from torch_musa.distributed.mccl.aliases import CUDA_ALIASES, staging_scope
-from torch_musa.distributed.mccl.errors import MCCLError, checks_all, error_head, named_error
+from torch_musa.distributed.mccl.errors import MCCLError, checks_all, error_head, named, named_error
 
 _work_from_future = _c10d._create_work_from_future
 
@@ -139,34 +140,60 @@ class _Completer:
 
     One thread per outstanding work (threads are reused once idle), so a work
     never waits behind another one, whatever order the ranks complete them in.
+    The threads are joined at exit (:meth:`close`, an atexit hook), before the
+    interpreter finalizes: a daemon thread still inside a work's ``wait()`` then
+    would take the GIL back during finalization, where CPython 3.11 ends it with
+    pthread_exit, and that unwind through pybind's GIL guard aborts the process.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._idle = 0
         self._q = queue.SimpleQueue()
+        self._threads = []
+        self._closed = False
+        atexit.register(self.close)
 
     def complete(self, work, name, backend, tensors, value):
         """A held Work that completes (its future yielding ``value``) once ``work`` has,
         waited on here rather than on a thread per call."""
         fut, errors = torch.futures.Future(), []
-        self._submit((work, fut, errors, name, backend, tensors, value))
+        # The error's head, not the backend: a waiting thread holding the backend would keep
+        # the group (and Gloo's threads) alive past destroy_process_group.
+        self._submit((work, fut, errors, error_head(name, backend, tensors), value))
         return held(MusaWork(fut, name, errors))
 
-    def _submit(self, item):
+    def close(self):
+        """Finish the works handed over so far and join the threads (at exit; a later
+        work completes in its caller). A work waits no longer than its group's timeout."""
         with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1
-        self._q.put(item)
-        if spawn:
-            threading.Thread(target=self._run, name="mccl-completer", daemon=True).start()
+            self._closed = True
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self._q.put(None)  # after every queued work: each thread takes one and ends
+        for t in threads:
+            t.join()
+
+    def _submit(self, item):
+        with self._lock:  # queued (and its thread started) before close() can queue the stops
+            if not self._closed:
+                if self._idle:
+                    self._idle -= 1
+                else:
+                    t = threading.Thread(target=self._run, name="mccl-completer", daemon=True)
+                    t.start()
+                    self._threads.append(t)
+                self._q.put(item)
+                return
+        _complete(*item)
 
     def _run(self):
         while True:
-            work, fut, errors, name, backend, tensors, value = self._q.get()
-            _complete(fut, work.wait, errors, name, backend, tensors, value)
-            del work, fut, errors, backend, tensors, value
+            item = self._q.get()
+            if item is None:
+                return
+            _complete(*item)
+            del item
             with self._lock:
                 self._idle += 1
 
@@ -212,13 +239,13 @@ def _device_of(*values):
     return torch.device("musa", torch.musa.current_device())
 
 
-def _complete(out, wait, errors, name, backend, tensors, value):
-    """Complete ``out`` with ``value`` once ``wait()`` returns, or with the error it raised,
-    named after the collective."""
+def _complete(work, out, errors, head, value):
+    """Complete ``out`` with ``value`` once ``work.wait()`` returns, or with the error it
+    raised, named after the collective (``head``: :func:`~errors.error_head`)."""
     try:
-        wait()
+        work.wait()
     except Exception as exc:  # noqa: BLE001
-        fail(out, errors, named_error(name, backend, tensors, exc))
+        fail(out, errors, named(head, exc))
     else:
         out.set_result(value)
 
