@@ -47,6 +47,8 @@ from torch_musa.core.memory import (
     OutOfMemoryError,
     caching_allocator_alloc,
     caching_allocator_delete,
+    caching_allocator_disabled,
+    caching_allocator_enable,
     change_current_allocator,
     empty_cache,
     get_allocator_backend,

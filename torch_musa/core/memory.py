@@ -182,6 +182,52 @@ def caching_allocator_delete(mem_ptr: int) -> None:
     _C._raw_delete(int(mem_ptr))
 
 
+# ----------------------------------------------------------------------------- caching on/off
+# torch.cuda's C functions, bound here once: cuda_compat points torch.cuda's Python names at
+# torch.musa's, so calling through them from here would come back here without end.
+_CUDA_CACHING_ENABLE = getattr(torch._C, "_cuda_cudaCachingAllocator_enable", None)
+_CUDA_CACHING_IS_ENABLED = getattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled", None)
+
+
+def caching_allocator_enable(value: bool = True) -> None:
+    """Turn the caching allocator's caching on (the default) or off.
+
+    While it is off, each new musa allocation gets memory of its own from the driver and gives
+    it back as soon as it is freed, so ``memory_reserved`` falls with ``memory_allocated``
+    (useful to find use-after-free and out-of-bounds bugs, which cached blocks hide). What
+    decides is the mode when a block was allocated, as on CUDA: blocks cached before stay
+    cached. Allocations into a private pool (``MemPool``, graph capture) keep their pool's
+    caching: a captured graph refers to that memory. Under the cuda driver this is CUDA's
+    caching allocator's switch (``torch.cuda.caching_allocator_enable``); unlike torch.cuda's,
+    a call before initialisation is not dropped (it initialises musa)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"caching_allocator_enable(value) takes a bool, got {type(value).__name__}")
+    if _cuda_driver():
+        _lazy._lazy_init()
+        _CUDA_CACHING_ENABLE(value)
+    else:
+        _C._caching_allocator_enable(value)
+
+
+def _caching_allocator_is_enabled() -> bool:
+    """Whether the caching allocator caches freed blocks (see caching_allocator_enable)."""
+    if _cuda_driver():
+        _lazy._lazy_init()
+        return bool(_CUDA_CACHING_IS_ENABLED())
+    return bool(_C._caching_allocator_is_enabled())
+
+
+@contextlib.contextmanager
+def caching_allocator_disabled():
+    """Caching off inside the block, then back to what it was (also on an error)."""
+    prev = _caching_allocator_is_enabled()
+    caching_allocator_enable(False)
+    try:
+        yield
+    finally:
+        caching_allocator_enable(prev)
+
+
 # ----------------------------------------------------------------------------- history and snapshots
 def _cuda_driver() -> bool:
     """Under the cuda driver musa memory is CUDA's caching allocator (musa:i is cuda:i), so

@@ -76,6 +76,7 @@ struct Block {
   void* ptr;
   bool allocated = false;
   bool unified = false;   // a CPU tensor's memory (unified memory)
+  bool uncached = false;  // taken with caching off: its own segment, returned on free
   Block* prev = nullptr;  // neighbours in the segment
   Block* next = nullptr;
   uint64_t last_used = 0;  // for garbage collection: least recently freed first
@@ -148,6 +149,9 @@ std::atomic<int> g_context_level{0};  // RecordContext, read without the lock
 std::atomic<bool> g_context_cpp{false};
 uint64_t g_tick = 0;
 bool g_used = false;
+// caching_allocator_enable(False): new default-pool allocations get a segment of
+// their own that goes back to the driver when freed (read without the lock).
+std::atomic<bool> g_caching{true};
 
 // Recycled Block objects and free-list nodes (under g_mu): splitting a block
 // and merging it back on free would otherwise cost two heap allocations and
@@ -564,9 +568,12 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
   const int64_t sid = stream.id();
   const size_t size = round_size(nbytes);
   BlockPool& pool = choose_pool(d, stream, size);
-  const size_t seg = segment_size(size);
+  // Caching off: no cached block, a segment of exactly the rounded size. A private
+  // pool (MemPool, graph capture) keeps its blocks: a graph refers to them.
+  const bool uncached = !pool.owner && !g_caching.load(std::memory_order_relaxed);
+  const size_t seg = uncached ? size : segment_size(size);
   std::set<Block*, BySize>::iterator at;
-  Block* b = find_free(pool, size, &at);
+  Block* b = uncached ? nullptr : find_free(pool, size, &at);
   if (!b) {
     garbage_collect(d);
     Shortage why = Shortage::kNone;
@@ -606,6 +613,7 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
   }
   const bool small = b->pool->is_small;
   b->allocated = true;
+  b->uncached = uncached && b->pool == &pool && !b->is_split();
   b->requested = nbytes;
   b->stream = sid;
   if (g_context_level.load() >= int(RecordContext::STATE)) b->context = ctx;
@@ -680,6 +688,11 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
     b->last_used = ++g_tick;
     insert_free(b);
   }
+  if (b->uncached) {  // taken with caching off: back to the driver now
+    b->uncached = false;
+    if (!b->is_split()) release_segment(b);
+    return;
+  }
   // A private pool nobody uses any more goes once its last block is back.
   if (PrivatePool* owner = b->pool->owner) {
     if (owner->use_count == 0 && !b->is_split()) {
@@ -723,6 +736,9 @@ c10::DeleterFnPtr CachingAllocator::raw_deleter() const {
 
 // Kernels run eagerly on the host: a block is free when its tensor is.
 void CachingAllocator::recordStream(const c10::DataPtr&, c10::Stream) {}
+
+void set_caching_enabled(bool on) { g_caching.store(on); }
+bool caching_enabled() { return g_caching.load(); }
 
 void CachingAllocator::emptyCache(c10::MempoolId_t id) {
   std::lock_guard<std::mutex> g(g_mu);

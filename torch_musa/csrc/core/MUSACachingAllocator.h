@@ -153,6 +153,11 @@ class DriverAllocator final : public DeviceAllocator {
 DeviceAllocator& device_allocator();
 // Makes a user's malloc/free serve musa memory; only before any is allocated.
 void use_pluggable_allocator(std::shared_ptr<RawAllocatorFns> fns);
+// torch.musa.caching_allocator_enable: while off, the host caching allocator
+// gives each new allocation outside a private pool a segment of its own and
+// returns it to the driver when it is freed (what was cached stays cached).
+void set_caching_enabled(bool on);
+bool caching_enabled();
 // A fresh pool id: {0, n} for user pools, {n, 0} for graph pools.
 c10::MempoolId_t new_pool_id(bool user_pool);
 

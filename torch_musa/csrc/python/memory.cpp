@@ -299,6 +299,8 @@ void init_memory(py::module_& m) {
   m.def("_record_memory_history", &record_history);
   m.def("_free_dead_traceback_frames", [] { torch::freeDeadCapturedTracebackFrames(); });
   m.def("_allocator_backend", [] { return device_allocator().backend(); });
+  m.def("_caching_allocator_enable", &set_caching_enabled);
+  m.def("_caching_allocator_is_enabled", &caching_enabled);
 
   py::class_<PyRawAllocator>(m, "_MUSAAllocator");
   m.def("_musa_customAllocator", [](uintptr_t alloc, uintptr_t free) {
