@@ -7,13 +7,23 @@ same choice (``_fused_sdp_choice``, which the fallback answers on the GPU
 aliases) and calls the GPU path of the chosen backend, each of which has its own
 autograd formula, so forward and backward run the flash, memory-efficient or
 cuDNN kernels.
+
+While ``torch.compile`` (or export) traces, the inputs are fake tensors and the
+choice is asked of fake tensors of the kernel device instead (:func:`sdp_choice`),
+so compiled code takes the same kernel as eager.
 """
 from __future__ import annotations
 
 import torch
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
+from torch.utils._python_dispatch import _disable_current_modes
 
 # sdp::SDPBackend, as _fused_sdp_choice returns it.
 MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3
+
+#: The device whose kernels run musa's ops under this driver.
+KERNEL_DEVICE = "cuda"
 
 _libs: list = []
 
@@ -39,12 +49,43 @@ def _efficient_bias(mask, query, key):
     return mask.expand(query.size(0), query.size(1), query.size(2), key.size(2))
 
 
+def _on_kernel_device(t):
+    """An empty tensor of the kernel device shaped as ``t`` (sizes, strides, dtype)."""
+    if t is None:
+        return None
+    index = t.device.index if t.device.index is not None else 0
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype,
+                               device=torch.device(KERNEL_DEVICE, index))
+
+
+def sdp_choice(query, key, value, mask=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False) -> int:
+    """The GPU's ``_fused_sdp_choice`` for these musa inputs, eager or traced.
+
+    Eager, the fallback answers on CUDA aliases of the inputs. While tracing they are
+    fake, and the op's meta kernel answers only for CUDA tensors (MATH for any other
+    device), so compiled code ran every attention through the math path, which
+    computes bfloat16/float16 attention in float32: a compiled GPT-2 step was no
+    faster than eager. The question is asked of fake tensors of the kernel device
+    instead, as a native CUDA trace asks it, with the tracing modes set aside so
+    that the question leaves no node in the graph.
+    """
+    aten = torch.ops.aten
+    if not is_fake(query):
+        return aten._fused_sdp_choice(query, key, value, mask, dropout_p, is_causal,
+                                      scale=scale, enable_gqa=enable_gqa)
+    mode = detect_fake_mode((query, key, value)) or FakeTensorMode()
+    with _disable_current_modes(), mode:
+        q, k, v, m = (_on_kernel_device(t) for t in (query, key, value, mask))
+        return aten._fused_sdp_choice(q, k, v, m, dropout_p, is_causal, scale=scale,
+                                      enable_gqa=enable_gqa)
+
+
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     aten = torch.ops.aten
     mask = _float_mask(attn_mask, query.dtype)
-    choice = aten._fused_sdp_choice(query, key, value, mask, dropout_p, is_causal,
-                                    scale=scale, enable_gqa=enable_gqa)
+    choice = sdp_choice(query, key, value, mask, dropout_p, is_causal, scale, enable_gqa)
     grad = _needs_grad(query, key, value)
     if choice == FLASH:
         head = query.size(-1)
