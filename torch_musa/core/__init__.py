@@ -37,6 +37,7 @@ from torch_musa.core.graphs import (
     graph_pool_handle,
     is_current_stream_capturing,
     make_graphed_callables,
+    update_musa_graph_with_profile,
 )
 from torch_musa.core import memory, nvtx
 from torch_musa.core import ipc as _ipc  # torch.multiprocessing pickles musa storages by shared memory

@@ -47,6 +47,7 @@ __all__ = [
     "graph_pool_handle",
     "is_current_stream_capturing",
     "make_graphed_callables",
+    "update_musa_graph_with_profile",
 ]
 
 _CUDA = CONFIG.driver == "cuda"
@@ -65,6 +66,18 @@ def is_current_stream_capturing() -> bool:
         return False
     s = current_stream()
     return _C._stream_is_capturing(s.device_index, s.stream_id)
+
+
+def update_musa_graph_with_profile() -> None:
+    """The real torch_musa's hook for using graphs under torch.profiler: there the musa
+    runtime only reports a graph's kernels to the profiler for graphs instantiated while
+    it runs, so its patched ``torch.profiler`` calls this when a trace starts, to
+    re-instantiate every live graph. Here nothing needs re-instantiating, and this does
+    nothing: on the host driver a replay calls each captured op through the dispatcher,
+    so with ``ProfilerActivity.MUSA`` every replayed kernel is recorded as an eager one is
+    (under the op that launched it, with device time); under the cuda driver graphs are
+    CUDA graphs, whose kernels CUPTI records on replay (``ProfilerActivity.CUDA``).
+    Code written for the real torch_musa may keep calling it."""
 
 
 def _cuda_default_generator(device: int) -> torch.Generator:
