@@ -25,6 +25,7 @@ from torch_musa.core.device import (
     get_device_capability,
     get_device_name,
     get_device_properties,
+    get_gencode_flags,
     is_available,
     is_bf16_supported,
     set_device,

@@ -210,6 +210,13 @@ def get_arch_list() -> list[str]:
     return sorted({f"mp_{p.arch}" for p in PROFILES.values()})
 
 
+def get_gencode_flags() -> str:
+    """mcc's flags for the architectures in get_arch_list(), as the real torch_musa compiles
+    for them: ``--offload-arch=mp_21 --offload-arch=mp_22 ...`` (torch.cuda's answer is
+    nvcc's ``-gencode`` flags); empty when no musa device is available."""
+    return " ".join(f"--offload-arch={arch}" for arch in get_arch_list())
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return is_available() and CONFIG.profile.supports_bf16
 
