@@ -40,7 +40,7 @@ from torch_musa.core.graphs import (
     make_graphed_callables,
     update_musa_graph_with_profile,
 )
-from torch_musa.core import memory, nvtx
+from torch_musa.core import jiterator, memory, nvtx
 from torch_musa.core import ipc as _ipc  # torch.multiprocessing pickles musa storages by shared memory
 from torch_musa.core.memory import (
     MemPool,
