@@ -12,8 +12,9 @@ the last template function of the code is the entry, up to 8 inputs and 8 output
 Differences: half and bfloat16 are computed in float (the result is cast back), complex
 dtypes are not served, there is no autograd (CUDA's has none either), and a call during
 graph capture raises (the loop runs outside the dispatcher, so a graph could not replay
-it). Under the cuda driver musa tensors live in GPU memory and this host compiler cannot
-reach them: calls raise there (use torch.cuda.jiterator on cuda tensors).
+it). Under the cuda driver musa memory is CUDA memory: the call is torch.cuda's jiterator
+(NVRTC) over CUDA aliases of the musa tensors, and its results come back as musa tensors
+sharing their memory.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Any, Callable
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from torch_musa import _C
 from torch_musa.config import CONFIG
 from torch_musa.core import _lazy
 from torch_musa.core.device import device as _on_device
@@ -58,6 +60,8 @@ template <typename A, typename B> inline auto min(A a, B b) { return a < b ? a :
 template <typename A, typename B> inline auto max(A a, B b) { return a < b ? b : a; }
 """
 
+# torch.cuda's launcher (CUDA wheels only), bound here: cuda_compat rebinds torch.cuda's names.
+_CUDA_JITERATOR = getattr(torch._C, "_cuda_jiterator_compile_and_launch_kernel", None)
 _lock = threading.Lock()
 _libs: dict[str, Any] = {}
 
@@ -156,10 +160,6 @@ class _JittedFunction:
         self.kwargs_dict = kwargs
 
     def __call__(self, *tensors: torch.Tensor, **kwargs):
-        if CONFIG.driver == "cuda":
-            raise RuntimeError("torch.musa.jiterator compiles for the host driver; under the cuda "
-                               "driver musa memory is on the GPU (use torch.cuda.jiterator on "
-                               "cuda tensors)")
         if not 1 <= len(tensors) <= _MAX_ARGS:
             raise ValueError(f"jiterator supports 1 to {_MAX_ARGS} tensor inputs, got {len(tensors)}")
         for t in tensors:
@@ -175,6 +175,8 @@ class _JittedFunction:
             if key not in self.kwargs_dict:
                 raise KeyError(f"{key} is not declared in function definition")
             values[key] = value
+        if CONFIG.driver == "cuda":
+            return self._on_cuda(tensors, values)
         if is_current_stream_capturing():
             raise RuntimeError("jiterator kernels cannot be captured in a MUSA graph on the host "
                                "driver (they run outside the dispatcher, so replay would miss them)")
@@ -202,6 +204,18 @@ class _JittedFunction:
                     _pointers([ctypes.addressof(b) for b in boxed]))
         outs = [o if o.dtype == result else o.to(result) for o in outs]
         return outs[0] if not self.return_by_ref else tuple(outs)
+
+    def _on_cuda(self, tensors, values: dict):
+        if _CUDA_JITERATOR is None:
+            raise RuntimeError("the cuda driver's jiterator needs a PyTorch built with CUDA "
+                               "(torch._C._cuda_jiterator_compile_and_launch_kernel)")
+        _lazy._lazy_init()
+        outs = _CUDA_JITERATOR(self.code_string, self.kernel_name, self.return_by_ref,
+                               self.num_outputs, tuple(_C._kernel_alias(t) for t in tensors),
+                               values)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        back = _C._from_kernel_tensors(outs, -1)  # CUDA memory shared, as musa tensors
+        return back[0] if not self.return_by_ref else tuple(back)
 
 
 def _create_jit_fn(code_string: str, **kwargs) -> Callable:
