@@ -6,7 +6,7 @@ out its internal patch helpers (``register_musa_hook``, ``set_attributes``,
 ``overwrite_cuda_api``, ``parseEnvForUMM``, ...). ``REAL_SUBPACKAGE_NAMES``
 lists its ``optim``, ``distributed``, ``utils`` and ``testing`` exports.
 Run ``python -m torch_musa.testing.api_names`` for the count (and for how many of
-``torch.cuda.__all__`` torch.musa has).
+``torch.cuda.__all__`` torch.musa has). ``OUT_OF_REACH`` names what is left out on purpose.
 """
 from __future__ import annotations
 
@@ -67,6 +67,14 @@ REAL_SUBPACKAGE_NAMES = {
 }
 
 
+# torch.cuda names torch.musa leaves out on purpose, and why.
+OUT_OF_REACH = {
+    "GreenContext": "partitions a GPU's SMs and workqueues between contexts; the host driver's "
+                    "kernels run on CPU threads, with no SMs to hand out, and under the cuda "
+                    "driver CUDA green contexts would need musa streams made from them",
+}
+
+
 def present(name: str) -> bool:
     """Whether ``torch.musa.<name>`` (the real package's ``torch_musa.<name>``) exists."""
     return hasattr(torch.musa, name)
@@ -107,3 +115,5 @@ def report() -> dict:
 if __name__ == "__main__":
     for key, (found, total, gone) in report().items():
         print(f"{key}: {found}/{total}" + (f"  missing: {', '.join(gone)}" if gone else ""))
+    for name, why in OUT_OF_REACH.items():
+        print(f"left out on purpose: {name} ({why})")
