@@ -34,9 +34,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from torch_musa import _C
 from torch_musa.config import CONFIG
 from torch_musa.core import _lazy
-from torch_musa.core.device import device as _on_device
 from torch_musa.core.graphs import is_current_stream_capturing
-from torch_musa.core.streams import current_stream
 
 __all__: list[str] = []
 
@@ -158,6 +156,7 @@ class _JittedFunction:
         for k, v in kwargs.items():
             _scalar_ctype(k, v)
         self.kwargs_dict = kwargs
+        self._libs: dict[tuple, Any] = {}  # (compute dtype, arity, keyword types) -> library
 
     def __call__(self, *tensors: torch.Tensor, **kwargs):
         if not 1 <= len(tensors) <= _MAX_ARGS:
@@ -187,21 +186,27 @@ class _JittedFunction:
             raise TypeError(f"jiterator on musa computes in {', '.join(map(str, _CTYPES))} "
                             f"(half and bfloat16 in float32), not {compute}")
         extra = [_scalar_ctype(k, v) for k, v in values.items()]
-        lib = _load(_source(self.code_string, self.kernel_name, _CTYPES[compute], len(tensors),
-                            extra, self.num_outputs, self.return_by_ref))
+        key = (compute, len(tensors), tuple(extra))
+        lib = self._libs.get(key)
+        if lib is None:
+            lib = self._libs[key] = _load(_source(
+                self.code_string, self.kernel_name, _CTYPES[compute], len(tensors), extra,
+                self.num_outputs, self.return_by_ref))
         device = tensors[0].device
-        with _on_device(device):
-            ins = [t.to(compute).contiguous() for t in torch.broadcast_tensors(*tensors)]
-            outs = [torch.empty(ins[0].shape, dtype=compute, device=device)
-                    for _ in range(self.num_outputs)]
-            current_stream().synchronize()
-            boxed = [_CSCALAR[t](v) for t, v in zip(extra, values.values())]
-            n = ins[0].numel()
-            if n:
-                lib.musa_jiterator_run(
-                    n, _pointers([t.data_ptr() for t in ins]),
-                    _pointers([t.data_ptr() for t in outs]),
-                    _pointers([ctypes.addressof(b) for b in boxed]))
+        if len({t.shape for t in tensors}) > 1:
+            tensors = torch.broadcast_tensors(*tensors)
+        ins = [t.to(compute).contiguous() for t in tensors]
+        outs = [torch.empty(ins[0].shape, dtype=compute, device=device)
+                for _ in range(self.num_outputs)]
+        # Host-driver kernels run when they are issued: the inputs are ready, and this
+        # loop runs in issue order like any other musa kernel.
+        boxed = [_CSCALAR[t](v) for t, v in zip(extra, values.values())]
+        n = ins[0].numel()
+        if n:
+            lib.musa_jiterator_run(
+                n, _pointers([t.data_ptr() for t in ins]),
+                _pointers([t.data_ptr() for t in outs]),
+                _pointers([ctypes.addressof(b) for b in boxed]))
         outs = [o if o.dtype == result else o.to(result) for o in outs]
         return outs[0] if not self.return_by_ref else tuple(outs)
 
