@@ -115,7 +115,9 @@ def _load(source: str) -> Any:
         if lib is not None:
             return lib
         folder = os.path.join(tempfile.gettempdir(), f"torch_musa_jiterator_{os.getuid()}")
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if os.stat(folder).st_uid != os.getuid():  # libraries are loaded from here
+            raise RuntimeError(f"jiterator: {folder} belongs to another user; remove it")
         so = os.path.join(folder, f"{key}.so")
         if not os.path.exists(so):
             src = os.path.join(folder, f"{key}.{os.getpid()}.cpp")
