@@ -101,11 +101,11 @@ def _source(code: str, entry: str, ctype: str, n_in: int, extra: list[str], n_ou
 
 
 def _compiler() -> str:
-    for cxx in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if cxx and shutil.which(cxx):
+    for cxx in ("c++", "g++", "clang++"):
+        if shutil.which(cxx):
             return cxx
     raise RuntimeError("jiterator needs a C++ compiler on the host driver (c++, g++ or clang++ "
-                       "on PATH, or CXX); none was found")
+                       "on PATH); none was found")
 
 
 def _load(source: str) -> Any:
