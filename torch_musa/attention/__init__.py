@@ -151,6 +151,7 @@ def _flash_forward_op(query, key, value, attn_bias=None, dropout_p=0.0, is_causa
         # From the device's default generator, as CUDA flash takes its philox seed.
         seed = int(torch.randint(0, 2**62, (), device=query.device).item())
     out, lse = flash_attention_forward(query, key, value, bias, dropout_p, is_causal, scale, seed)
+    out = _in_layout(out, _layout_of(query, out.shape))
     empty = torch.empty(0, device=query.device)
     philox_seed = torch.tensor(seed, dtype=torch.int64)
     philox_offset = torch.tensor(0, dtype=torch.int64)
@@ -171,7 +172,34 @@ def _flash_backward_op(grad_out, query, key, value, attn_bias, grad_input_mask, 
     if db is None:
         db = torch.empty(0, dtype=query.dtype, device=query.device) if attn_bias is None else \
             torch.zeros_like(attn_bias) if attn_bias.is_floating_point() else None
+    dq, dk, dv = (_in_layout(g, torch.empty_like(t)) for g, t in ((dq, query), (dk, key), (dv, value)))
     return dq, dk, dv, db
+
+
+def _layout_of(query, shape) -> torch.Tensor:
+    """An empty output of ``shape`` whose dims are ordered in memory as ``query``'s.
+
+    PyTorch's meta kernel for the overrideable op allocates its output so, and compiled
+    code takes the meta's strides as the kernel's: HF GPT-2's query (a transposed view
+    of the fused qkv projection) gave a (B, S, H, D)-ordered output there and a
+    contiguous one here, which Inductor's stride check refused.
+    """
+    if tuple(query.shape) == tuple(shape):
+        return torch.empty_like(query)
+    order = sorted(range(query.dim()), key=lambda i: query.stride(i), reverse=True)
+    strides, step = [0] * query.dim(), 1
+    for i in reversed(order):
+        strides[i] = step
+        step *= shape[i]
+    return torch.empty_strided(shape, strides, dtype=query.dtype, device=query.device)
+
+
+def _in_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t``'s values with ``like``'s strides (the backward's meta: ``empty_like`` of the
+    input), copied only when they differ."""
+    if t.stride() == like.stride():
+        return t
+    return like.copy_(t)
 
 
 def _bool_to_additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
