@@ -193,6 +193,9 @@ void init_mccl_py_work(py::module_& m) {
   m.def("_chain_future", &chain_future, py::arg("out"), py::arg("parent"), py::arg("value"),
         py::arg("head"), py::arg("checks_all"), py::arg("each") = false);
   m.def("_error_hint", &mccl_error_hint, py::arg("msg"), py::arg("checks_all"));
+  // How many references the C++ Work has (this call's own included): the exit drain in
+  // mccl/works.py drops a backend work only once its Python object is all that is left.
+  m.def("_work_refs", [](const c10::intrusive_ptr<c10d::Work>& w) { return w.use_count(); });
 }
 
 }  // namespace torch_musa

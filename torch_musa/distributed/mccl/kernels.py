@@ -21,7 +21,7 @@ from torch_musa.distributed.mccl.aliases import STAGE_GLOO, alias, alias_list, a
 from torch_musa.distributed.mccl.errors import MCCLError, named_error
 from torch_musa.distributed.mccl.signature import check, op_name
 from torch_musa.distributed.mccl.works import (
-    CopyBack, Seq, completer, done_work, finish, finish_many)
+    CopyBack, Seq, completer, done_work, finish, finish_many, inflight)
 
 _MUSA = torch.device("musa")
 _REDUCE_OPS = {int(v): _c10d.ReduceOp(v) for k, v in _c10d.ReduceOp.RedOpType.__members__.items()
@@ -109,7 +109,7 @@ def _reduce_(tensors, process_group, reduce_op, root_rank, root_tensor, async_op
     f = _premul_factor(reduce_op)
     if f is not None:  # inputs stay as they are (like nccl); the root gets the scaled sum
         tmp = [_scaled(t, f) for t in tensors]
-        w = b.reduce(tmp, o)
+        w = inflight.add(b.reduce(tmp, o))
         if b.rank() == root_rank:
             if not async_op:
                 done = finish("reduce", b, w, async_op, tensors, tensors)
@@ -170,7 +170,7 @@ def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op,
     o = _options(_c10d.ReduceScatterOptions, async_op, timeout,
                  reduceOp=_reduce_op(reduce_op, "reduce_scatter_tensor_coalesced"))
     f = _premul_factor(reduce_op)
-    ws = [b._reduce_scatter_base(alias(out), alias(inp) if f is None else _scaled(inp, f), o)
+    ws = [inflight.add(b._reduce_scatter_base(alias(out), alias(inp) if f is None else _scaled(inp, f), o))
           for out, inp in zip(outputs, inputs)]
     if async_op:
         return completer.complete(Seq(ws), "reduce_scatter_tensor_coalesced", b, inputs, outputs)
@@ -196,7 +196,8 @@ def _alltoall_via_base(b, outs, ins, o):
     flattened tensors, split back into the outputs (completes before it returns)."""
     flat_in = torch.cat([alias(t).reshape(-1) for t in ins])
     flat_out = flat_in.new_empty(sum(t.numel() for t in outs))
-    w = b.alltoall_base(flat_out, flat_in, [t.numel() for t in outs], [t.numel() for t in ins], o)
+    sizes_out, sizes_in = [t.numel() for t in outs], [t.numel() for t in ins]
+    w = inflight.add(b.alltoall_base(flat_out, flat_in, sizes_out, sizes_in, o))
     if w is not None:
         w.wait()
     for t, chunk in zip(outs, flat_out.split([t.numel() for t in outs])):
@@ -245,7 +246,7 @@ def _recv_(tensors, process_group, src, tag):
 def _recv_any_source_(tensors, process_group, tag):
     b = _backend(process_group)
     # The Gloo work carries the source rank (Work._source_rank()): hand it back as is.
-    return b.recv_anysource(alias_list(tensors), tag).boxed()
+    return inflight.add(b.recv_anysource(alias_list(tensors), tag)).boxed()
 
 
 def _barrier(tensor, process_group, device_ids, async_op=True, timeout=-1):

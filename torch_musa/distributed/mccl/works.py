@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import queue
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -135,6 +136,62 @@ class MusaWork(dist.Work):
         return f"<mccl Work {self._name} completed={self.is_completed()}>"
 
 
+class _InFlight:
+    """The backend works the Python kernels issued, each held here until its Python
+    object is all that is left of it (Gloo's thread has let go), then dropped on a
+    Python thread.
+
+    Gloo's works hold the host aliases of the musa tensors, which the kernels made in
+    Python: the thread that drops such a work's last reference frees their Python
+    objects and needs the GIL. On Gloo's own thread during interpreter shutdown that
+    aborts the process (CPython 3.11 ends the thread with pthread_exit), and the group
+    can outlive destroy_process_group (the functional collectives keep it). So at exit
+    (:meth:`drain`, an atexit hook) every such work is waited for and released here.
+    """
+
+    _SOLE = 2  # _work_refs of a work only its Python object holds (the call's own reference included)
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._works = []
+        self._prune_at = 64
+
+    def add(self, work):
+        """Hold ``work`` (a backend Work, or None) until Gloo is done with it; returns it."""
+        if work is None:
+            return work
+        with self._lock:
+            self._works.append(work)
+            if len(self._works) >= self._prune_at:
+                self._works = [w for w in self._works if not self._released(w)]
+                self._prune_at = max(64, 2 * len(self._works))
+        return work
+
+    def _released(self, w):
+        return w.is_completed() and _mccl_C._work_refs(w) <= self._SOLE
+
+    def drain(self, grace=1.0):
+        """Wait for every held work (Gloo bounds each by its group's timeout), give Gloo's
+        threads ``grace`` seconds to let go of them, and drop them here."""
+        with self._lock:
+            works, self._works = self._works, []
+        for w in works:
+            try:
+                w.wait()
+            except Exception:  # noqa: BLE001  (its caller saw the error)
+                pass
+        deadline = time.monotonic() + grace
+        for w in works:
+            while _mccl_C._work_refs(w) > self._SOLE and time.monotonic() < deadline:
+                time.sleep(0.001)
+        w = None  # noqa: F841
+        works.clear()  # the last references go here
+
+
+#: Backend works of the Python kernels until Gloo lets go of them; see :class:`_InFlight`.
+inflight = _InFlight()
+
+
 class _Completer:
     """Completes futures for Gloo works that have none (reduce_scatter, send, recv).
 
@@ -152,7 +209,6 @@ class _Completer:
         self._q = queue.SimpleQueue()
         self._threads = []
         self._closed = False
-        atexit.register(self.close)
 
     def complete(self, work, name, backend, tensors, value):
         """A held Work that completes (its future yielding ``value``) once ``work`` has,
@@ -200,6 +256,14 @@ class _Completer:
 
 #: Completes the works passed to it (anything with ``wait()``); see :class:`_Completer`.
 completer = _Completer()
+
+
+@atexit.register
+def _settle_at_exit():
+    """Before the interpreter finalizes: the completer's threads end, then the backend
+    works still held are waited for and released on this thread."""
+    completer.close()
+    inflight.drain()
 
 
 class CopyBack:
@@ -254,6 +318,7 @@ def finish(name, backend, work, async_op, value, tensors, has_future=True):
     """Sync: wait here (errors name the collective). Async: a Work whose future yields ``value``."""
     if work is None:  # NCCL's blocking calls run on the current stream and return no Work
         return DONE_WORK
+    inflight.add(work)
     scope = staging_scope()
     if scope is not None and not has_future:
         # Staged point-to-point (send/recv; reduce_scatter alike): completing it here could
@@ -291,7 +356,7 @@ def _out_future(value, tensors):
 
 def finish_many(name, backend, works, async_op, value, tensors):
     """:func:`finish` for a call issued as several backend works (coalesced collectives)."""
-    works = [w for w in works if w is not None]  # NCCL's blocking calls return none
+    works = [inflight.add(w) for w in works if w is not None]  # NCCL's blocking calls return none
     if not async_op:
         for w in works:
             try:
