@@ -105,13 +105,14 @@ def print_row(r):
           f"{r['ratio']:>7.3f} {r['target']:>7.2f}  {ok}", flush=True)
 
 
-def gpt2_step(device: str, batch: int, seq: int, compiled: bool = False):
+def gpt2_step(device: str, batch: int, seq: int, compiled: bool = False, **config):
     """A GPT-2-small training step on ``device``, same weights and data everywhere;
-    ``compiled``: the model under ``torch.compile`` (Inductor, default mode)."""
+    ``compiled``: the model under ``torch.compile`` (Inductor, default mode);
+    ``config``: GPT2Config fields to change (scripts/diag_compiled_gpt2.py shrinks it)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(n_positions=seq)  # GPT-2 small: 12 layers, 768 wide, 124M
+    config = GPT2Config(n_positions=seq, **config)  # default GPT-2 small: 12 layers, 768 wide
     model = GPT2LMHeadModel(config).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     x = torch.randint(0, config.vocab_size, (batch, seq),

@@ -21,8 +21,12 @@ import argparse
 import collections
 import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_cuda_driver import gpt2_step  # noqa: E402  (the bench's own step, shrunk)
 
 
 def main(argv=None) -> int:
@@ -76,26 +80,9 @@ def main(argv=None) -> int:
 
     cfx.compile_fx_inner = inner  # the route reads it at each compile
 
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     def make(compiled):
-        torch.manual_seed(0)
         small = dict(n_embd=64, n_head=4, vocab_size=128) if host else {}  # CPU kernels
-        config = GPT2Config(n_positions=args.seq, n_layer=args.layers, **small)
-        model = GPT2LMHeadModel(config).to("musa")
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        x = torch.randint(0, config.vocab_size, (args.batch, args.seq),
-                          generator=torch.Generator().manual_seed(1)).to("musa")
-        forward = torch.compile(model) if compiled else model
-
-        def step():
-            with torch.autocast("musa", dtype=torch.bfloat16):
-                loss = forward(input_ids=x, labels=x).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss
-        return step
+        return gpt2_step("musa", args.batch, args.seq, compiled, n_layer=args.layers, **small)
 
     times = {}
     for label in ("eager", "compiled"):
