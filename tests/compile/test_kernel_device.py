@@ -10,28 +10,18 @@ import torch
 import torch._dynamo
 import torch.nn.functional as F
 from torch import nn
-from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
 from torch_musa import _C
-from torch_musa._inductor.kernel_device import KernelDeviceCompile, move_graph
-from torch_musa.config import CONFIG
+from torch_musa._inductor.kernel_device import move_graph
 
-KIND = "cuda" if CONFIG.driver == "cuda" else "cpu"
+from ._route import KIND, placeholder_devices, route_backend
+
 TOL = dict(atol=2e-5, rtol=2e-4) if KIND == "cpu" else dict(atol=2e-3, rtol=2e-3)
 
 
 def _backend(calls):
-    """torch.compile's Inductor, with every inner compilation moved to the kernel device."""
-    def inner(gm, example_inputs, *args, **kwargs):
-        calls.append([str(n.meta["val"].device) for n in gm.graph.find_nodes(op="placeholder")
-                      if isinstance(n.meta.get("val"), torch.Tensor)])
-        return compile_fx_inner(gm, example_inputs, *args, **kwargs)
-
-    def backend(gm, example_inputs):
-        if KIND == "cuda":  # the default backend already moves (backend.register)
-            return compile_fx(gm, example_inputs, inner_compile=inner)
-        return compile_fx(gm, example_inputs, inner_compile=KernelDeviceCompile(inner, KIND))
-    return backend
+    """Each inner compilation's placeholder devices go to ``calls``."""
+    return route_backend(lambda gm: calls.append(placeholder_devices(gm)))
 
 
 @pytest.fixture(autouse=True)

@@ -14,15 +14,14 @@ import torch._dynamo
 import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
-from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_musa._inductor.kernel_device import KernelDeviceCompile
 from torch_musa.attention import gpu
 from torch_musa.config import CONFIG
 
-KIND = "cuda" if CONFIG.driver == "cuda" else "cpu"
+from ._route import KIND, route_backend
+
 BF16 = pytest.mark.skipif(not CONFIG.profile.supports_bf16, reason="the profile lacks bfloat16")
 
 
@@ -35,17 +34,8 @@ def _fresh():
 
 
 def _backend(graphs):
-    """Inductor with every inner compilation moved to the kernel device; ``graphs`` gets
-    each graph as Inductor's inner compile receives it."""
-    def inner(gm, example_inputs, *args, **kwargs):
-        graphs.append(copy.deepcopy(gm))
-        return compile_fx_inner(gm, example_inputs, *args, **kwargs)
-
-    def backend(gm, example_inputs):
-        if KIND == "cuda":  # the default backend already moves (backend.register)
-            return compile_fx(gm, example_inputs, inner_compile=inner)
-        return compile_fx(gm, example_inputs, inner_compile=KernelDeviceCompile(inner, KIND))
-    return backend
+    """``graphs`` gets each graph as Inductor's inner compile receives it."""
+    return route_backend(lambda gm: graphs.append(copy.deepcopy(gm)))
 
 
 class Block(nn.Module):
