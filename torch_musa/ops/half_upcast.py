@@ -118,7 +118,8 @@ def _make_kernel(op):
             if not isinstance(r, torch.Tensor):
                 return r
             dtype = low if low is not None and r.dtype == up[low] else r.dtype
-            res = torch.empty(r.shape, dtype=dtype, device=device)
+            # The CPU kernel's layout (channels_last in, channels_last out), as meta promises.
+            res = torch.empty_like(r, dtype=dtype, device=device)
             if res.numel():
                 _C._kernel_alias(res).copy_(r)
             return res

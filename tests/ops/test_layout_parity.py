@@ -1,0 +1,92 @@
+"""Output layouts on musa match the CPU's and the meta kernels' (a sampled layout sweep).
+
+A musa kernel that returns the right values in another layout (contiguous where the
+meta kernel promises the input's memory format) passes value tests but makes eager
+``.view`` / ``out=`` / ``as_strided`` code and compiled code read wrong data.
+``python -m torch_musa.testing.layout_sweep`` runs the whole op_db; here the ops that
+reach musa's own kernels (Python kernels in torch_musa/ops, attention, convolution,
+dropout, the view kernels) plus every 40th op of the database.
+"""
+import pytest
+import torch
+
+from torch_musa.testing import layout_sweep
+
+# Ops served by musa's own kernels (not the CPU's registered as musa's).
+OWN_KERNELS = [
+    "nn.functional.scaled_dot_product_attention", "nn.functional.conv2d", "nn.functional.conv_transpose2d",
+    "nn.functional.dropout", "native_dropout_backward", "_upsample_bilinear2d_aa",
+    "nn.functional.interpolate.bicubic", "nn.functional.avg_pool3d", "nn.functional.multi_margin_loss",
+    "nn.functional.multilabel_margin_loss", "nn.functional.ctc_loss", "as_strided", "unfold",
+    "view", "reshape", "view_as_complex", "tensor_split", "transpose", "resize_",
+]
+SAMPLE = 40
+# op -> reason, for musa mismatches that remain on purpose. None remain.
+EXPECTED: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def results():
+    from torch_musa.ops import registry
+
+    registry.set_fallback_mode("silent")
+    try:
+        names = set(OWN_KERNELS) | {op.name for op in layout_sweep.ops(sample=SAMPLE)}
+        return layout_sweep.sweep(names=names)
+    finally:
+        registry.set_fallback_mode("warn")
+
+
+def test_expected_mismatches_have_reasons():
+    assert all(isinstance(r, str) and len(r) > 10 for r in EXPECTED.values())
+
+
+@pytest.mark.requires_host_driver(
+    "musa's kernels are the CPU's there, so the CPU's layouts are the reference; a GPU's may choose "
+    "other layouts where PyTorch's meta kernels allow them")
+def test_musa_layouts_match_cpu_and_meta(results):
+    ran = {r.op for r in results if r.samples}
+    assert {"nn.functional.scaled_dot_product_attention", "_upsample_bilinear2d_aa",
+            "nn.functional.conv2d"} <= ran
+    assert len(ran) >= 25 and sum(r.samples for r in results) >= 150
+    bad = [m for r in results if r.op not in EXPECTED for m in layout_sweep.musa_owned(r)]
+    assert not bad, "\n".join(f"{m.op} {m.sample} {m.where} vs {m.against}: {m.field} musa={m.musa} "
+                              f"ref={m.reference}" for m in bad)
+    # as given, non-contiguous, transposed memory and channels_last, for each of 3 samples
+    aa = next(r for r in results if r.op == "_upsample_bilinear2d_aa")
+    assert aa.samples >= 12 and aa.meta_ran == aa.samples
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_antialiased_upsample_keeps_channels_last(dtype):
+    """half_upcast's kernels wrote into contiguous outputs; the CPU and meta keep channels_last."""
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    ref = torch.ops.aten._upsample_bilinear2d_aa(x, [5, 6], False)
+    xm = x.to(dtype).to("musa").contiguous(memory_format=torch.channels_last).requires_grad_()
+    out = torch.ops.aten._upsample_bilinear2d_aa(xm, [5, 6], False)
+    meta = torch.ops.aten._upsample_bilinear2d_aa(x.to("meta"), [5, 6], False)
+    assert out.stride() == ref.stride() == meta.stride()
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out.float().cpu(), ref, atol=1e-2 if dtype == torch.float16 else 1e-5, rtol=1e-2)
+    go = torch.randn(2, 3, 5, 6).contiguous(memory_format=torch.channels_last)
+    (g,) = torch.autograd.grad(out, xm, go.to(dtype).to("musa").contiguous(memory_format=torch.channels_last))
+    xc = x.clone().requires_grad_()
+    (g_ref,) = torch.autograd.grad(torch.ops.aten._upsample_bilinear2d_aa(xc, [5, 6], False), xc, go)
+    assert g.stride() == g_ref.stride() and g.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_the_comparison_catches_a_contiguous_output():
+    """A kernel returning contiguous where the reference is transposed is reported, and a
+    stock CPU-vs-meta difference on the same field is not counted against musa."""
+    x = torch.randn(4, 5)
+    a = layout_sweep.describe([x.t().contiguous()], ())
+    b = layout_sweep.describe([x.t()], ())
+    assert layout_sweep.diff(a, b, "out") == [("out[0]", "strides", "(4, 1)", "(1, 5)")]
+    r = layout_sweep.OpResult("op", samples=1)
+    r.musa_vs_cpu = [layout_sweep.Mismatch("op", "0/as-is", "out[0]", "cpu", "strides", "(5, 1)", "(1, 4)")]
+    assert len(layout_sweep.musa_owned(r)) == 1
+    r.cpu_vs_meta = [layout_sweep.Mismatch("op", "0/as-is", "out[0]", "meta", "strides", "(1, 4)", "(5, 1)")]
+    assert layout_sweep.musa_owned(r) == []
+    # aliasing: a view aliases its input, a copy does not
+    assert layout_sweep.describe([x.view(20)], (x,))[0]["aliases_input"] is True
+    assert layout_sweep.describe([x.clone()], (x,))[0]["aliases_input"] is False
