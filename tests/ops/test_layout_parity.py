@@ -10,6 +10,7 @@ dropout, the view kernels) plus every 40th op of the database.
 import pytest
 import torch
 
+from torch_musa.attention import flash_constraint_failures
 from torch_musa.testing import layout_sweep
 
 # Ops served by musa's own kernels (not the CPU's registered as musa's).
@@ -21,8 +22,6 @@ OWN_KERNELS = [
     "view", "reshape", "view_as_complex", "tensor_split", "transpose", "resize_",
 ]
 SAMPLE = 40
-# op -> reason, for musa mismatches that remain on purpose. None remain.
-EXPECTED: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +31,17 @@ def results():
     registry.set_fallback_mode("silent")
     try:
         names = set(OWN_KERNELS) | {op.name for op in layout_sweep.ops(sample=SAMPLE)}
-        return layout_sweep.sweep(names=names)
+        # float16 reaches musa-only paths (flash SDPA, half_upcast's kernels)
+        return layout_sweep.sweep(names=names) + layout_sweep.sweep(names=set(OWN_KERNELS),
+                                                                    dtypes=(torch.float16,))
     finally:
         registry.set_fallback_mode("warn")
 
 
-def test_expected_mismatches_have_reasons():
-    assert all(isinstance(r, str) and len(r) > 10 for r in EXPECTED.values())
+def test_known_mismatches_have_reasons():
+    # (op, variant, output kind, field) -> why; the sweep counts them apart
+    assert layout_sweep.KNOWN
+    assert all(isinstance(r, str) and len(r) > 40 for r in layout_sweep.KNOWN.values())
 
 
 @pytest.mark.requires_host_driver(
@@ -49,7 +52,7 @@ def test_musa_layouts_match_cpu_and_meta(results):
     assert {"nn.functional.scaled_dot_product_attention", "_upsample_bilinear2d_aa",
             "nn.functional.conv2d"} <= ran
     assert len(ran) >= 25 and sum(r.samples for r in results) >= 150
-    bad = [m for r in results if r.op not in EXPECTED for m in layout_sweep.musa_owned(r)]
+    bad = [m for r in results for m in layout_sweep.musa_owned(r) if layout_sweep.known_reason(m) is None]
     assert not bad, "\n".join(f"{m.op} {m.sample} {m.where} vs {m.against}: {m.field} musa={m.musa} "
                               f"ref={m.reference}" for m in bad)
     # as given, non-contiguous, transposed memory and channels_last, for each of 3 samples
@@ -75,6 +78,48 @@ def test_antialiased_upsample_keeps_channels_last(dtype):
     assert g.stride() == g_ref.stride() and g.is_contiguous(memory_format=torch.channels_last)
 
 
+def test_compiled_channels_last_convolutions_match_eager():
+    """The reason behind KNOWN's convolution entries: compiled code assumes contiguous gradients
+    (PyTorch's fake for PrivateUse1's conv backend), eager gives channels_last as the CPU does, and
+    compiled values still match eager."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.ConvTranspose2d(8, 4, 3))
+    m = m.to("musa").to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 10, 10, device="musa").contiguous(memory_format=torch.channels_last).requires_grad_()
+
+    def grads(f):
+        out = f(x)
+        w = torch.arange(out.numel(), device="musa").reshape(out.shape) % 3 + 1
+        return [out] + list(torch.autograd.grad((out * w).sum(), [x, *m.parameters()]))
+
+    eager, compiled = grads(m), grads(torch.compile(m))
+    assert eager[1].is_contiguous(memory_format=torch.channels_last)  # as on the CPU
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
+def test_flash_attention_mask_grad_takes_the_masks_layout():
+    """The flash backward's bias gradient is laid out as the mask (the meta's empty_like), not
+    contiguous: a transposed float mask's gradient was (6, 1) where compile assumes (1, 3)."""
+    q, k, v = (torch.randn(2, 2, n, 8, dtype=torch.float16) for n in (3, 6, 6))
+    mask = torch.randn(6, 3, dtype=torch.float16).t()
+    qm, km, vm = (t.to("musa").requires_grad_() for t in (q, k, v))
+    mm = mask.to("musa").t().contiguous().t().requires_grad_()
+    assert mm.stride() == (1, 3)
+    out = torch.nn.functional.scaled_dot_product_attention(qm, km, vm, attn_mask=mm)
+    assert flash_constraint_failures(qm, km, vm, mm) == []  # musa's flash kernel, not math
+    grads = torch.autograd.grad(out.float().sum(), (qm, km, vm, mm))
+    assert grads[3].stride() == mm.stride()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fq, fk, fv, fm = (mode.from_tensor(t) for t in (qm, km, vm, mm))
+    with mode:
+        fgrads = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+            fq, fk, fv, attn_mask=fm).float().sum(), (fq, fk, fv, fm))
+    assert [g.stride() for g in grads] == [g.stride() for g in fgrads]
+
+
 def test_the_comparison_catches_a_contiguous_output():
     """A kernel returning contiguous where the reference is transposed is reported, and a
     stock CPU-vs-meta difference on the same field is not counted against musa."""
@@ -87,6 +132,12 @@ def test_the_comparison_catches_a_contiguous_output():
     assert len(layout_sweep.musa_owned(r)) == 1
     r.cpu_vs_meta = [layout_sweep.Mismatch("op", "0/as-is", "out[0]", "meta", "strides", "(1, 4)", "(5, 1)")]
     assert layout_sweep.musa_owned(r) == []
+    # a musa-only backend that follows its own meta contract is not counted against the CPU
+    r = layout_sweep.OpResult("op", samples=1, contract_samples=["0/as-is"])
+    r.musa_vs_cpu = [layout_sweep.Mismatch("op", "0/as-is", "out[0]", "cpu", "strides", "(5, 1)", "(1, 4)")]
+    assert layout_sweep.musa_owned(r) == []
+    r.musa_vs_meta = [layout_sweep.Mismatch("op", "0/as-is", "out[0]", "meta", "strides", "(5, 1)", "(1, 4)")]
+    assert len(layout_sweep.musa_owned(r)) == 1
     # aliasing: a view aliases its input, a copy does not
     assert layout_sweep.describe([x.view(20)], (x,))[0]["aliases_input"] is True
     assert layout_sweep.describe([x.clone()], (x,))[0]["aliases_input"] is False

@@ -173,6 +173,8 @@ def _flash_backward_op(grad_out, query, key, value, attn_bias, grad_input_mask, 
         db = torch.empty(0, dtype=query.dtype, device=query.device) if attn_bias is None else \
             torch.zeros_like(attn_bias) if attn_bias.is_floating_point() else None
     dq, dk, dv = (_in_layout(g, torch.empty_like(t)) for g, t in ((dq, query), (dk, key), (dv, value)))
+    if attn_bias is not None and db is not None and db.shape == attn_bias.shape:
+        db = _in_layout(db, torch.empty_like(attn_bias))  # the meta's empty_like(attn_bias) too
     return dq, dk, dv, db
 
 
