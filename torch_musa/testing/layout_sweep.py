@@ -488,22 +488,26 @@ def main(argv=None) -> int:
         results = sweep(args.sample, args.offset, set(args.ops) if args.ops else None, progress=True,
                         dtypes=dtypes)
     s = summary(results)
-    print(json.dumps(s))
-    for r in results:
-        for m in musa_owned(r):
-            print(f"  {m.op:<32} {r.dtype:<8} {m.sample:<16} {m.where:<8} vs {m.against:<4} {m.field:<14} "
-                  f"musa={m.musa} ref={m.reference}")
     if args.json:
         with open(args.json, "w") as f:
+            # contract_samples matters only for samples with a musa-vs-CPU mismatch: keep those
             json.dump({"summary": s, "results": [
-                {**asdict(r), "musa_owned": [asdict(m) for m in musa_owned(r)]}
-                for r in results if r.samples or r.skipped]}, f, indent=1)
+                {**asdict(r), "contract_samples": [t for t in r.contract_samples
+                                                   if t in {m.sample for m in r.musa_vs_cpu}],
+                 "musa_owned": [asdict(m) for m in musa_owned(r)]}
+                for r in results if r.samples or r.skipped]}, f, separators=(",", ":"))
     if args.md:
         with open(args.md, "w") as f:
             f.write(table(results))
     if args.png:
         write_png(results, args.png)
-    return 0
+    print(json.dumps(s))  # after the files: a closed pipe (| head) must not lose them
+    for r in results:
+        for m in musa_owned(r):
+            known = "known" if known_reason(m) else "NEW"
+            print(f"  {known:<5} {m.op:<32} {r.dtype:<8} {m.sample:<16} {m.where:<8} vs {m.against:<4} "
+                  f"{m.field:<14} musa={m.musa} ref={m.reference}")
+    return 1 if s["musa_unexplained_mismatches"] else 0
 
 
 if __name__ == "__main__":
