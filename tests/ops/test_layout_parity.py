@@ -56,6 +56,7 @@ def test_musa_layouts_match_cpu_and_meta(results):
     assert not bad, "\n".join(f"{m.op} {m.sample} {m.where} vs {m.against}: {m.field} musa={m.musa} "
                               f"ref={m.reference}" for m in bad)
     # as given, non-contiguous, transposed memory and channels_last, for each of 3 samples
+    assert any(t.endswith("/out-transposed") for r in results for t in r.contract_samples)  # out= forms
     aa = next(r for r in results if r.op == "_upsample_bilinear2d_aa")
     assert aa.samples >= 12 and aa.meta_ran == aa.samples
 
@@ -118,6 +119,25 @@ def test_flash_attention_mask_grad_takes_the_masks_layout():
         fgrads = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
             fq, fk, fv, attn_mask=fm).float().sum(), (fq, fk, fv, fm))
     assert [g.stride() for g in grads] == [g.stride() for g in fgrads]
+
+
+@pytest.mark.parametrize("empty_out", [True, False])
+def test_mode_out_runs_on_musa_and_keeps_out_strides(empty_out):
+    """torch.mode(x, out=...) raised "mode only supports CPU, CUDA and XPU device type" on musa
+    (a composite out= kernel that checks the device); it now runs the CPU's path into the out
+    tensors: resized when empty, written through (strides kept) when of the right shape."""
+    x = torch.randn(3, 4, 5)
+    res = []
+    for dev in ("cpu", "musa"):
+        v, i = ((torch.empty(0, device=dev), torch.empty(0, dtype=torch.long, device=dev)) if empty_out else
+                (torch.empty(4, 3, device=dev).t(), torch.empty(4, 3, dtype=torch.long, device=dev).t()))
+        ptr = v.data_ptr()
+        got = torch.mode(x.to(dev), 2, out=(v, i))
+        assert got[0] is v and got[1] is i and (empty_out or v.data_ptr() == ptr)
+        res.append((v.stride(), v.cpu(), i.cpu()))
+    assert res[0][0] == res[1][0]
+    torch.testing.assert_close(res[1][1], res[0][1])
+    torch.testing.assert_close(res[1][2], res[0][2])
 
 
 def test_the_comparison_catches_a_contiguous_output():

@@ -47,5 +47,14 @@ def generic_decomposition_ops() -> list[str]:
     return sorted(ops)
 
 
+#: CompositeExplicitAutograd out= forms with no CPU kernel of their own that refuse any
+#: device but CPU/CUDA/XPU themselves, though their functional op works on musa
+#: (``torch.mode(x, out=...)``: "mode only supports CPU, CUDA and XPU device type, got:
+#: musa"; found by torch_musa.testing.layout_sweep's out= forms). The fallback runs the
+#: CPU device's path and writes into the musa out tensors, keeping their strides.
+DEVICE_CHECKING_COMPOSITES = ["mode.values"]
+
+
 def install() -> None:
-    _C._register_fallback_ops(structured_wrapper_ops() + generic_decomposition_ops())
+    _C._register_fallback_ops(structured_wrapper_ops() + generic_decomposition_ops()
+                              + DEVICE_CHECKING_COMPOSITES)

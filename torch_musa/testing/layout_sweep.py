@@ -5,7 +5,9 @@ Eager code trusts an output's strides (``.view`` after a transpose, ``out=``,
 returns the right values in another layout reads wrong data silently there.
 For every op in ``common_methods_invocations.op_db`` (float32 by default), its samples
 as given, made non-contiguous (``SampleInput.noncontiguous``), with transposed memory,
-and channels_last for 4-D inputs, run on the CPU, musa, the meta device and as
+and channels_last for 4-D inputs, and for ops with an ``out=`` form that form with
+out tensors of size 0 and of the right shape over transposed memory (which must be
+written through and returned), run on the CPU, musa, the meta device and as
 FakeTensors of musa tensors (what torch.compile traces: the meta kernels reached
 through musa's own choices, such as its SDPA backend). Every tensor output (and,
 where the op has autograd, every input gradient) is compared in sizes, significant
@@ -42,6 +44,10 @@ _CONV_REASON = (
 #: (op, sample variant, output kind, field) -> why musa keeps this layout. Counted apart.
 KNOWN = {(op, "channels_last", "grad", "strides"): _CONV_REASON
          for op in ("nn.functional.conv2d", "nn.functional.conv_transpose2d")}
+KNOWN[("_native_batch_norm_legit", "out-transposed", "out", "sizes")] = (
+    "stock PyTorch: in eval mode the CPU kernel returns empty save_mean/save_invstd, the meta kernel "
+    "(C,)-shaped ones; musa runs the CPU's kernel and matches the CPU (the functional form's "
+    "difference is recorded as stock CPU-vs-meta)")
 
 
 def known_reason(m) -> str | None:
@@ -57,7 +63,9 @@ SKIP: dict[str, str] = {}
 @dataclass
 class Mismatch:
     op: str
-    sample: str      # "<index>/<variant>": variant is as-is | noncontiguous | transposed | channels_last
+    sample: str      # "<index>/<variant>": as-is | noncontiguous | transposed | channels_last, or
+                     # out-empty | out-transposed (the op's out= form: out tensors of size 0, or
+                     # of the right shape over transposed memory)
     where: str       # "out[i]" or "grad[i]"
     against: str     # cpu | meta
     field: str       # sizes | strides | storage_offset | dtype | aliases_input | count
@@ -227,11 +235,11 @@ def _run(op, sample, device, backward, args_on_cpu=False):
     ``args_on_cpu``: tensors other than the input stay on the CPU (tensor_split's indices must).
     ``device="fake"``: FakeTensors of musa tensors, what torch.compile traces with: the meta
     kernels reached through musa's own choices (SDPA's backend is chosen per device)."""
-    if device == "fake":
+    if device in ("fake", "fake-cpu"):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         mode = FakeTensorMode(allow_non_fake_inputs=True)
-        real = _place_all(sample, "musa", args_on_cpu)
+        real = _place_all(sample, "musa" if device == "fake" else "cpu", args_on_cpu)
         inp = tree_map(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t, real)
         with mode:
             return _run_placed(op, inp, backward)
@@ -277,6 +285,87 @@ def _try(op, sample, device, backward):
         return None
 
 
+class _OutCall:
+    """``op(..., out=...)`` with out tensors made for its functional result: ``empty`` (size 0,
+    resized by the kernel) or ``transposed`` (the right shape over transposed memory, which the
+    kernel must write through, keeping its strides). Returns what the call returned, and raises
+    when that is not the out tensor itself."""
+
+    def __init__(self, op, kind: str):
+        self.op, self.kind = op, kind
+
+    def _make(self, t):
+        if self.kind == "empty":
+            return torch.empty(0, dtype=t.dtype, device=t.device)
+        return _swap_memory(torch.empty(t.shape, dtype=t.dtype, device=t.device))
+
+    def __call__(self, inp, *args, **kwargs):
+        with torch.no_grad():
+            ref = self.op(inp, *args, **kwargs)
+            flat = tree_flatten(ref)[0]
+            if not flat or not all(isinstance(t, torch.Tensor) and t.layout == torch.strided for t in flat):
+                raise TypeError("no strided tensor outputs to pass as out=")
+            outs = [self._make(t) for t in flat]
+            got = self.op(inp, *args, out=outs[0] if isinstance(ref, torch.Tensor) else tuple(outs), **kwargs)
+        got = tree_flatten(got)[0]
+        for g, o in zip(got, outs):
+            if StorageWeakRef(g.untyped_storage()).cdata != StorageWeakRef(o.untyped_storage()).cdata:
+                raise RuntimeError("out= returned a tensor that is not the out tensor")
+        return got
+
+
+def _compare(res: OpResult, name: str, tag: str, fn, s, backward: bool) -> None:
+    """Run ``fn`` over sample ``s`` on the CPU, musa, the meta device and as FakeTensors of
+    musa tensors, and record in ``res`` every layout difference."""
+    try:
+        cpu = _run(fn, s, "cpu", backward)
+    except Exception:
+        cpu = None  # the CPU refuses this sample: meta is the reference
+    try:
+        try:
+            musa = _run(fn, s, "musa", backward)
+        except RuntimeError as e:
+            if "to be on cpu" not in str(e):
+                raise
+            musa = _run(fn, s, "musa", backward, args_on_cpu=True)
+    except Exception as e:
+        if cpu is not None:
+            res.samples += 1
+            res.musa_vs_cpu.append(Mismatch(name, tag, "op", "cpu", "raised",
+                                            f"{type(e).__name__}: {str(e).splitlines()[0][:120]}", "ran"))
+        return
+    meta = _try(fn, s, "meta", backward)   # stock PyTorch's meta kernels on the meta device
+    fake = _try(fn, s, "fake", backward)   # the same through musa's choices, as compile traces
+    contract = fake if fake is not None else meta
+    if cpu is None and contract is None:
+        return
+    res.samples += 1
+    res.meta_ran += contract is not None
+    if contract is not None:
+        res.contract_samples.append(tag)
+    if cpu is None:
+        cpu = (None, None)
+        res.meta_only += 1
+    for where, a, b in (("out", musa[0], cpu[0]), ("grad", musa[1], cpu[1])):
+        if a is not None and b is not None:
+            res.musa_vs_cpu += [Mismatch(name, tag, w, "cpu", f, x, y) for w, f, x, y in diff(a, b, where)]
+    if contract is not None:
+        against = "meta" if fake is not None else "meta-device"
+        for where, a, m in (("out", musa[0], contract[0]), ("grad", musa[1], contract[1])):
+            if a is not None and m is not None:
+                res.musa_vs_meta += [Mismatch(name, tag, w, against, f, x, y)
+                                     for w, f, x, y in diff(a, m, where)]
+    # Stock PyTorch's own disagreements: the CPU against the meta device and against the
+    # meta kernels over FakeTensors of CPU tensors (the contract compile assumes on the CPU).
+    fake_cpu = _try(fn, s, "fake-cpu", backward) if cpu[0] is not None else None
+    for ref, label in ((meta, "meta-device"), (fake_cpu, "meta-cpu")):
+        if ref is None:
+            continue
+        for where, c, m in (("out", cpu[0], ref[0]), ("grad", cpu[1], ref[1])):
+            if c is not None and m is not None:
+                res.cpu_vs_meta += [Mismatch(name, tag, w, label, f, x, y) for w, f, x, y in diff(c, m, where)]
+
+
 def run_op(op, dtype=torch.float32) -> OpResult:
     """Every sample variant of ``op`` in ``dtype`` on the CPU, musa and meta. Where the CPU
     cannot run a sample (a half dtype its kernels lack, served by musa's own kernel) musa is
@@ -301,50 +390,10 @@ def run_op(op, dtype=torch.float32) -> OpResult:
         except Exception:
             variants = [("as-is", s0)]
         for vname, s in variants:
-            tag = f"{i}/{vname}"
-            try:
-                cpu = _run(op, s, "cpu", backward)
-            except Exception:
-                cpu = None  # the CPU refuses this sample: meta is the reference
-            try:
-                try:
-                    musa = _run(op, s, "musa", backward)
-                except RuntimeError as e:
-                    if "to be on cpu" not in str(e):
-                        raise
-                    musa = _run(op, s, "musa", backward, args_on_cpu=True)
-            except Exception as e:
-                if cpu is not None:
-                    res.samples += 1
-                    res.musa_vs_cpu.append(Mismatch(name, tag, "op", "cpu", "raised",
-                                                    f"{type(e).__name__}: {str(e).splitlines()[0][:120]}", "ran"))
-                continue
-            meta = _try(op, s, "meta", backward)   # stock PyTorch's meta kernels on the meta device
-            fake = _try(op, s, "fake", backward)   # the same through musa's choices, as compile traces
-            contract = fake if fake is not None else meta
-            if cpu is None and contract is None:
-                continue
-            res.samples += 1
-            res.meta_ran += contract is not None
-            if contract is not None:
-                res.contract_samples.append(tag)
-            if cpu is None:
-                cpu = (None, None)
-                res.meta_only += 1
-            for where, a, b in (("out", musa[0], cpu[0]), ("grad", musa[1], cpu[1])):
-                if a is not None and b is not None:
-                    res.musa_vs_cpu += [Mismatch(name, tag, w, "cpu", f, x, y) for w, f, x, y in diff(a, b, where)]
-            if contract is not None:
-                against = "meta" if fake is not None else "meta-device"
-                for where, a, m in (("out", musa[0], contract[0]), ("grad", musa[1], contract[1])):
-                    if a is not None and m is not None:
-                        res.musa_vs_meta += [Mismatch(name, tag, w, against, f, x, y)
-                                             for w, f, x, y in diff(a, m, where)]
-            if meta is not None:
-                for where, c, m in (("out", cpu[0], meta[0]), ("grad", cpu[1], meta[1])):
-                    if c is not None and m is not None:
-                        res.cpu_vs_meta += [Mismatch(name, tag, w, "meta-device", f, x, y)
-                                            for w, f, x, y in diff(c, m, where)]
+            _compare(res, name, f"{i}/{vname}", op, s, backward)
+        if op.supports_out:
+            for kind in ("empty", "transposed"):
+                _compare(res, name, f"{i}/out-{kind}", _OutCall(op, kind), s0, False)
     return res
 
 
@@ -383,7 +432,8 @@ def musa_owned(r: OpResult) -> list[Mismatch]:
     cannot run): musa differing from it counts. Differing from the CPU counts where musa also
     differs from the contract or no contract ran (a musa-only backend, such as flash SDPA in
     half precision, may lay out differently from the CPU's math path when its meta says so).
-    Fields where stock CPU and meta-device already disagree are stock PyTorch's, not counted."""
+    Fields where the stock CPU already disagrees with the meta device or with the meta kernels
+    over FakeTensors of CPU tensors are stock PyTorch's, not counted."""
     stock = {(m.sample, m.where, m.field) for m in r.cpu_vs_meta}
     against_contract = {(m.sample, m.where, m.field) for m in r.musa_vs_meta}
     has_contract = set(r.contract_samples)
@@ -479,7 +529,10 @@ def main(argv=None) -> int:
                                                "by dtype, each under 10 minutes) into --json/--md/--png")
     args = ap.parse_args(argv)
     if args.merge:
-        results = [r for path in args.merge for r in load(path)]
+        merged = {}  # a later file's (op, dtype) replaces an earlier one's (a re-run after a fix)
+        for path in args.merge:
+            merged.update({(r.op, r.dtype): r for r in load(path)})
+        results = list(merged.values())
     else:
         from torch_musa.ops import registry
 
