@@ -51,9 +51,11 @@ bool raw_roundtrip() {
 
 
 @pytest.fixture(scope="module")
-def ext():
+def ext(tmp_path_factory):
+    # A build folder of its own: a lock left in torch's shared one by a killed build hung here.
     return musa_extension.load_inline("musa_ext_guard_test", GUARDED_OP,
-                                      functions=["seen", "device_count", "raw_roundtrip"])
+                                      functions=["seen", "device_count", "raw_roundtrip"],
+                                      build_directory=str(tmp_path_factory.mktemp("ext")))
 
 
 @pytest.mark.requires_devices(2)

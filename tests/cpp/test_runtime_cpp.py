@@ -17,10 +17,12 @@ TESTS = ["driver_memory_and_copies", "driver_stream_timeline", "driver_events_ti
 
 
 @pytest.fixture(scope="module")
-def runtime_tests():
+def runtime_tests(tmp_path_factory):
+    # A build folder of its own: nothing a killed earlier build left (a lock) can hang it.
     return load(name="torch_musa_runtime_tests",
                 sources=[str(Path(__file__).with_name("runtime_tests.cpp"))] + [str(s) for s in SOURCES],
-                extra_include_paths=[str(CSRC)], extra_cflags=["-O1"], verbose=False)
+                extra_include_paths=[str(CSRC)], extra_cflags=["-O1"], verbose=False,
+                build_directory=str(tmp_path_factory.mktemp("runtime_tests")))
 
 
 def test_every_cpp_test_is_collected(runtime_tests):
