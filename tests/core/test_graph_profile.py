@@ -12,7 +12,6 @@ import torch_musa  # noqa: F401
 DEVICE_TYPE = torch.autograd.DeviceType.PrivateUse1
 # Under the cuda driver a replay is one CUDA graph launch: CUPTI (ProfilerActivity.CUDA)
 # reports its cuBLAS kernels under their own names, ProfilerActivity.MUSA sees none.
-pytestmark = pytest.mark.requires_host_driver("musa kernel events of a host-driver replay")
 
 
 def _captured():
@@ -24,6 +23,7 @@ def _captured():
     return g, x, out
 
 
+@pytest.mark.requires_host_driver("musa kernel events of a host-driver replay")
 def test_replayed_kernels_are_in_the_profile(tmp_path):
     g, x, out = _captured()
     for _ in range(3):  # replays before the profile are not in it

@@ -65,7 +65,7 @@ def test_segment_sizes_and_pools(request_bytes, pool, segment):
     del x
 
 
-def test_small_blocks_share_a_segment_and_merge_back():
+def _small_blocks_share_a_segment_and_merge_back():
     base = stats()
     a, b, c = nbytes(1000), nbytes(1000), nbytes(3000)
     assert b.data_ptr() - a.data_ptr() == 1024 and c.data_ptr() - b.data_ptr() == 1024
@@ -87,8 +87,7 @@ def test_small_blocks_share_a_segment_and_merge_back():
     assert stats()["reserved_bytes.small_pool.current"] == base["reserved_bytes.small_pool.current"] == 0
 
 
-@HOST
-def test_large_blocks_split_and_reuse_the_rest():
+def _large_blocks_split_and_reuse_the_rest():
     a = nbytes(6 * MiB)  # a 20 MiB segment; the other 14 MiB stays cached
     b = nbytes(6 * MiB)
     assert b.data_ptr() == a.data_ptr() + 6 * MiB
@@ -100,6 +99,21 @@ def test_large_blocks_split_and_reuse_the_rest():
     assert stats()["inactive_split.all.current"] == 0
     torch.musa.empty_cache()
     assert torch.musa.memory_reserved() == 0
+
+
+def _in_a_fresh_process(run, body):
+    """Block placement and whole-pool figures hold only in a process whose allocator has no
+    live block of other tests (on the H200 a shared worker's leftovers took the first slot)."""
+    r = run(f"import runpy, torch_musa; runpy.run_path({__file__!r})[{body!r}]()")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_small_blocks_share_a_segment_and_merge_back(subpython):
+    _in_a_fresh_process(subpython, "_small_blocks_share_a_segment_and_merge_back")
+
+
+def test_large_blocks_split_and_reuse_the_rest(subpython):
+    _in_a_fresh_process(subpython, "_large_blocks_split_and_reuse_the_rest")
 
 
 @HOST

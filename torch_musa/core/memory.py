@@ -187,6 +187,9 @@ def caching_allocator_delete(mem_ptr: int) -> None:
 # torch.musa's, so calling through them from here would come back here without end.
 _CUDA_CACHING_ENABLE = getattr(torch._C, "_cuda_cudaCachingAllocator_enable", None)
 _CUDA_CACHING_IS_ENABLED = getattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled", None)
+# Older PyTorch (2.11) can switch CUDA's caching but not say whether it is on: the last
+# switch made through here, which is the only one under cuda_compat.
+_cuda_caching_on = True
 
 
 def caching_allocator_enable(value: bool = True) -> None:
@@ -203,8 +206,13 @@ def caching_allocator_enable(value: bool = True) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"caching_allocator_enable(value) takes a bool, got {type(value).__name__}")
     if _cuda_driver():
+        global _cuda_caching_on
+        if _CUDA_CACHING_ENABLE is None:
+            raise RuntimeError(f"caching_allocator_enable: PyTorch {torch.__version__} has no switch "
+                               "for CUDA's caching allocator (the cuda driver's memory)")
         _lazy._lazy_init()
         _CUDA_CACHING_ENABLE(value)
+        _cuda_caching_on = value
     else:
         _C._caching_allocator_enable(value)
 
@@ -213,7 +221,7 @@ def _caching_allocator_is_enabled() -> bool:
     """Whether the caching allocator caches freed blocks (see caching_allocator_enable)."""
     if _cuda_driver():
         _lazy._lazy_init()
-        return bool(_CUDA_CACHING_IS_ENABLED())
+        return bool(_CUDA_CACHING_IS_ENABLED()) if _CUDA_CACHING_IS_ENABLED else _cuda_caching_on
     return bool(_C._caching_allocator_is_enabled())
 
 

@@ -79,6 +79,16 @@ bool sync_op(const char* op, const char* overload) {
   (void)overload;
   return names.count(op) > 0;
 }
+
+// Ops whose CUDA kernels take only contiguous inputs where PyTorch's composites hand
+// PrivateUse1 the CPU's memory format (group_norm keeps a channels_last input
+// channels_last for the CPU and PrivateUse1, contiguous for CUDA). Under the cuda
+// driver their read-only arguments are made contiguous; the host kernels take both.
+bool contiguous_input_op(const char* op) {
+  static const std::unordered_set<std::string> names = {
+      "aten::native_group_norm", "aten::native_group_norm_backward"};
+  return names.count(op) > 0;
+}
 }  // namespace
 DebugHook debug_hook() { return g_debug_hook.load(std::memory_order_relaxed); }
 void set_debug_hook(DebugHook hook) { g_debug_hook = hook; }
@@ -167,6 +177,11 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
     }
   }
   if (!h.defined()) h = kernel_alias(t);
+  if (C10_UNLIKELY(!written && config().kernel_type == c10::DeviceType::CUDA &&
+                   !h.is_contiguous() && contiguous_input_op(op_))) {
+    h = h.contiguous();
+    cast = true;  // a copy, not an alias: never recycled
+  }
   aliases_.push_back({h, borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
                                  : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
                       written, cast});

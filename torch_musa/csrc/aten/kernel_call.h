@@ -76,7 +76,7 @@ class KernelCall {
     at::Tensor kernel;
     c10::MaybeOwned<at::Tensor> musa;
     bool written;
-    bool cast;  // float64 computed in float32 (double cast)
+    bool cast;  // float64 computed in float32 (double cast), or a contiguous copy
   };
   [[noreturn]] void mismatch(const at::Tensor& t, const char* arg);
   [[noreturn]] void unsupported(const at::Tensor& t, const char* arg);
