@@ -3,7 +3,7 @@ run here with the CPU as the kernel device, and SDPA's backend choice while trac
 
 On the H200 the compiled GPT-2 step (benchmarks/bench_cuda_driver.py) ran at eager speed:
 under the cuda driver SDPA asks ``_fused_sdp_choice``, and on the fake tensors of a trace
-its meta kernel answers MATH for any device but CUDA, so every compiled attention took the
+its meta kernel answers MATH (for fake CUDA tensors too, measured on the H200), so every compiled attention took the
 math path, which computes bfloat16 attention in float32. These tests pin the route (one
 graph each way, all moved, nothing left to eager) and the choice while tracing."""
 import copy
@@ -119,17 +119,15 @@ def test_gpt2_like_step_is_one_graph_each_way_all_on_the_kernel_device():
 
 
 def _answer_like_the_meta_kernel(calls):
-    """``_fused_sdp_choice`` as a CUDA build answers it: the GPU's choice (here CUDNN) for a
-    kernel-device tensor, fake or real, or a real musa tensor (the fallback asks the GPU
-    about its alias); MATH for a fake musa tensor, the meta kernel's answer for any
-    device but CUDA."""
+    """``_fused_sdp_choice`` as the H200's PyTorch answered it: the GPU's choice (here CUDNN)
+    for a real tensor, a kernel-device one or a musa one (the fallback asks the GPU about
+    its alias); MATH for any fake tensor, musa's or the kernel device's (measured there:
+    eager CUDA 3, fake CUDA 0)."""
     from torch._subclasses.fake_tensor import is_fake
 
     def choice(query, *args, **kwargs):
-        calls.append(query.device.type)
-        if query.device.type == "musa" and is_fake(query):
-            return gpu.MATH
-        return gpu.CUDNN
+        calls.append((query.device.type, is_fake(query)))
+        return gpu.MATH if is_fake(query) else gpu.CUDNN
     return choice
 
 
@@ -146,10 +144,10 @@ def test_cuda_driver_sdpa_traces_the_kernel_devices_choice(monkeypatch, fake):
         # the GPU's kernel, as eager takes it; the question itself left nothing in the graph
         assert torch.ops.aten._scaled_dot_product_cudnn_attention.default in targets, gm.graph
         assert not any("math" in str(t) or "empty_strided" in str(t) for t in targets), gm.graph
-        assert calls == [KIND]  # asked of fake tensors of the kernel device
+        assert calls == [(KIND, False)]  # asked of real stand-ins on the kernel device
     else:
         assert gpu.sdp_choice(q, k, v, None, 0.0, True) == gpu.CUDNN
-        assert calls == ["musa"]  # eager asks the fallback, with the musa tensors themselves
+        assert calls == [("musa", False)]  # eager asks the fallback, with the musa tensors themselves
 
 
 @BF16

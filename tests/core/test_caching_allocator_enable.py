@@ -44,7 +44,6 @@ def test_freed_memory_goes_back_to_the_driver_while_disabled():
     assert M.memory_reserved() == r0
 
 
-@HOST_STATS
 def test_blocks_allocated_with_caching_on_stay_cached():
     x = torch.empty(5 * MiB, dtype=torch.uint8, device="musa")
     r0 = M.memory_reserved()
@@ -57,7 +56,6 @@ def test_blocks_allocated_with_caching_on_stay_cached():
     del y
 
 
-@HOST_STATS
 def test_memory_pool_keeps_its_blocks_while_disabled():
     pool = M.MemPool()
     with M.caching_allocator_disabled(), M.use_mem_pool(pool):

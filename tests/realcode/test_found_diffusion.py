@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torch_musa.testing.reference import cpu_tolerance
+
 from ._common import assert_same, assert_same_params
 
 
@@ -148,4 +150,9 @@ def test_ddpm_noise_prediction_training_matches_the_cpu():
     losses, params = _ddpm_training("musa")
     cpu_losses, cpu_params = _ddpm_training("cpu")
     assert_same(torch.tensor(losses), torch.tensor(cpu_losses), "per-step losses")
+    if cpu_tolerance(torch.float32)["atol"] > 0:
+        # to_k's bias adds the same vector to every key, which softmax ignores: its gradient
+        # is zero but for rounding, and AdamW steps ~lr along that rounding's sign, which
+        # differs between the GPU's kernels and the CPU's (on the H200: to_k.bias only).
+        cpu_params.pop("to_k.bias"), params.pop("to_k.bias")
     assert_same_params(params, cpu_params, "denoiser after 3 AdamW steps")

@@ -9,14 +9,13 @@ autograd formula, so forward and backward run the flash, memory-efficient or
 cuDNN kernels.
 
 While ``torch.compile`` (or export) traces, the inputs are fake tensors and the
-choice is asked of fake tensors of the kernel device instead (:func:`sdp_choice`),
+choice is asked of real kernel-device stand-ins instead (:func:`sdp_choice`),
 so compiled code takes the same kernel as eager.
 """
 from __future__ import annotations
 
 import torch
-from torch._guards import detect_fake_mode
-from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils._python_dispatch import _disable_current_modes
 
 # sdp::SDPBackend, as _fused_sdp_choice returns it.
@@ -49,13 +48,23 @@ def _efficient_bias(mask, query, key):
     return mask.expand(query.size(0), query.size(1), query.size(2), key.size(2))
 
 
-def _on_kernel_device(t):
-    """An empty tensor of the kernel device shaped as ``t`` (sizes, strides, dtype)."""
+def _hint(n) -> int:
+    """A size or stride as a number: a symbolic one's value in this trace."""
+    if isinstance(n, torch.SymInt):
+        hint = n.node.hint
+        return int(hint) if hint is not None else 1
+    return int(n)
+
+
+def _stand_in(t):
+    """A real tensor of the kernel device with ``t``'s sizes, strides, dtype and
+    requires_grad, for asking the kernel device's own rule (values never read)."""
     if t is None:
         return None
     index = t.device.index if t.device.index is not None else 0
-    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype,
-                               device=torch.device(KERNEL_DEVICE, index))
+    size, stride = [_hint(n) for n in t.size()], [_hint(n) for n in t.stride()]
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=torch.device(KERNEL_DEVICE, index))
+    return out.requires_grad_() if t.requires_grad and out.is_floating_point() else out
 
 
 def sdp_choice(query, key, value, mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -63,20 +72,19 @@ def sdp_choice(query, key, value, mask=None, dropout_p=0.0, is_causal=False, sca
     """The GPU's ``_fused_sdp_choice`` for these musa inputs, eager or traced.
 
     Eager, the fallback answers on CUDA aliases of the inputs. While tracing they are
-    fake, and the op's meta kernel answers only for CUDA tensors (MATH for any other
-    device), so compiled code ran every attention through the math path, which
-    computes bfloat16/float16 attention in float32: a compiled GPT-2 step was no
-    faster than eager. The question is asked of fake tensors of the kernel device
-    instead, as a native CUDA trace asks it, with the tracing modes set aside so
-    that the question leaves no node in the graph.
+    fake, and no fake tensor gets the GPU's answer: the meta kernel answers MATH for
+    musa tensors, and for fake CUDA tensors too (measured on the H200 with PyTorch 2.11:
+    eager CUDA 3 = cuDNN, fake CUDA 0), so compiled code ran every attention through the
+    math path, which computes bfloat16/float16 attention in float32. The rule is asked of
+    real kernel-device stand-ins of the same sizes, strides and dtypes instead, with the
+    tracing modes set aside so that the question leaves no node in the graph.
     """
     aten = torch.ops.aten
     if not is_fake(query):
         return aten._fused_sdp_choice(query, key, value, mask, dropout_p, is_causal,
                                       scale=scale, enable_gqa=enable_gqa)
-    mode = detect_fake_mode((query, key, value)) or FakeTensorMode()
-    with _disable_current_modes(), mode:
-        q, k, v, m = (_on_kernel_device(t) for t in (query, key, value, mask))
+    with _disable_current_modes():
+        q, k, v, m = (_stand_in(t) for t in (query, key, value, mask))
         return aten._fused_sdp_choice(q, k, v, m, dropout_p, is_causal, scale=scale,
                                       enable_gqa=enable_gqa)
 
