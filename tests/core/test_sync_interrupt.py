@@ -4,6 +4,8 @@ import pytest
 
 SCRIPT = """
 import os, signal, threading, time, torch, torch_musa
+# Python leaves SIGINT ignored when started ignoring it (a job run with & by a script).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 hz = torch.musa.get_device_properties(0).clock_rate * 1000
 stream = torch.musa.Stream()
 with torch.musa.stream(stream):
