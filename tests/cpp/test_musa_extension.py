@@ -17,6 +17,7 @@ GUARDED_OP = r"""
 #include <torch_musa/csrc/core/MUSAEvent.h>
 #include <torch_musa/csrc/core/MUSAGuard.h>
 #include <torch_musa/csrc/core/MUSAStream.h>
+#include <torch_musa/csrc/aten/musa/MUSAContext.h>
 
 #include <vector>
 
@@ -26,6 +27,7 @@ std::vector<int64_t> g_seen;  // device, stream device, stream id inside the op
 at::Tensor scaled(const at::Tensor& x, double factor) {
   c10::musa::OptionalMUSAGuard guard(x.device());  // the documentation's guard
   const c10::musa::MUSAStream stream = c10::musa::getCurrentMUSAStream();
+  TORCH_CHECK(at::musa::getCurrentMUSAStream() == stream);  // MUSAContext.h's name for it
   g_seen = {c10::musa::current_device(), stream.device_index(), stream.id()};
   at::musa::MUSAEvent done;
   at::Tensor y = x * factor;
@@ -107,3 +109,30 @@ def test_musa_c_sources_say_what_is_missing(tmp_path):
         musa_extension.MUSAExtension("demo._k", [str(tmp_path / "ops.cpp"), str(kernel)])
     with pytest.raises(RuntimeError, match="need a GPU toolkit"):
         musa_extension.load_inline("never_built", "", musa_sources="__global__ void k() {}")
+
+
+def test_musa_c_compiles_as_cuda_through_generated_headers(tmp_path):
+    """What makes a converted .mu compile with nvcc under the cuda driver, checked where
+    it is generated: MUSA C's names as CUDA's, a header for each one the converter names
+    that the runtime lacks, and each .mu behind a wrapper that includes the names first."""
+    import glob
+    import re
+
+    names = musa_extension.musa_as_cuda_names()
+    assert names["musaMalloc"] == "cudaMalloc" and names["musaStream_t"] == "cudaStream_t"
+    assert names["C10_MUSA_KERNEL_LAUNCH_CHECK"] == "C10_CUDA_KERNEL_LAUNCH_CHECK"
+    assert "MUSAStream" not in names and "getCurrentMUSAStream" not in names
+    # no macro may rename what the runtime's own headers declare
+    here = os.path.dirname(musa_extension.__file__)
+    for h in glob.glob(os.path.join(here, "..", "csrc", "**", "*.h"), recursive=True):
+        code = re.sub(r"//[^\n]*", "", open(h).read())
+        assert not set(re.findall(r"[A-Za-z_]\w*", code)) & set(names), h
+    shim = musa_extension._shim_headers(str(tmp_path))
+    assert "#include <cuda_runtime.h>" in open(os.path.join(shim, "musa_runtime.h")).read()
+    assert "#define musaMemcpyAsync cudaMemcpyAsync" in open(os.path.join(shim, "musa_as_cuda.h")).read()
+    assert os.path.exists(os.path.join(shim, "torch_musa", "csrc", "core", "MUSAException.h"))
+    assert not os.path.exists(os.path.join(shim, "torch_musa", "csrc", "core", "MUSAGuard.h"))
+    src = tmp_path / "k.mu"
+    src.write_text("__global__ void k() {}\n")
+    wrapper = open(musa_extension._as_cuda(str(src), str(tmp_path))).read()
+    assert wrapper.index('#include "musa_as_cuda.h"') < wrapper.index(str(src))

@@ -312,3 +312,42 @@ def test_table_is_versioned_and_large():
     assert len(t.c_symbols) > 500
     assert t.c_symbols["cudaMalloc"][0] == "musaMalloc"
     assert t.apply_dotted("torch.cuda.amp.autocast") == "torch.musa.amp.autocast"
+
+
+# Found converting pytorch/extension-cpp (the tutorial's muladd extension): its setup.py
+# finds the kernels with glob(os.path.join(extensions_dir, "cuda"), "*.cu"). The folder
+# "cuda" became "musa", so the kernels dropped out of the build without an error; and its
+# TORCH_LIBRARY_IMPL(extension_cpp, CUDA, m) kept registering for CUDA while the kernels'
+# device checks became PrivateUse1 ones.
+SETUP_LIKE = '''
+import glob, os, pathlib
+d = os.path.join(src, "cuda")
+kernels = glob.glob(os.path.join(d, "*.cu"))
+more = pathlib.Path(src) / "cuda" / "k.cu"
+x = torch.ones(2, device="cuda")
+devices = ["cpu", "cuda"]
+'''
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_path_parts_keep_their_folder_names(monkeypatch, fast):
+    monkeypatch.setattr(pr, "_FAST", fast)
+    out = convert_source(SETUP_LIKE).source
+    assert 'os.path.join(src, "cuda")' in out          # the folder is not renamed
+    assert 'os.path.join(d, "*.mu")' in out            # the sources are
+    assert 'pathlib.Path(src) / "cuda" / "k.mu"' in out
+    assert 'device="musa"' in out and '["cpu", "musa"]' in out  # device strings still are
+
+
+def test_cuda_kernel_registrations_become_musa_ones():
+    src = ("TORCH_LIBRARY_IMPL(ext, CUDA, m) { m.impl(\"f\", &f_cuda); }\n"
+           "TORCH_LIBRARY_IMPL(ext, AutogradCUDA, m) {}\n"
+           "TORCH_LIBRARY_IMPL(ext, CPU, m) {}\n"
+           "auto k = c10::DispatchKey::CUDA; // CUDA the word stays\n")
+    r = port_source(src)
+    assert "TORCH_LIBRARY_IMPL(ext, PrivateUse1, m)" in r.source
+    assert "TORCH_LIBRARY_IMPL(ext, AutogradPrivateUse1, m)" in r.source
+    assert "TORCH_LIBRARY_IMPL(ext, CPU, m)" in r.source
+    assert "c10::DispatchKey::PrivateUse1;" in r.source and "// CUDA the word stays" in r.source
+    assert r.counts["c.dispatch-key:CUDA"] == 1
+    assert port_source(r.source).source == r.source

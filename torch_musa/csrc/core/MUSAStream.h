@@ -41,6 +41,11 @@ class MUSAStream {
   c10::StreamId id() const { return stream_.id(); }
   // The driver's handle (a cudaStream_t under the cuda driver).
   void* stream() const { return torch_musa::driver().stream_handle(stream_); }
+#if defined(__CUDACC__)
+  // MUSA C compiled as CUDA (the cuda driver's .mu sources): the stream as its CUDA
+  // handle, which `musaStream_t s = getCurrentMUSAStream();` there expects.
+  operator cudaStream_t() const { return static_cast<cudaStream_t>(stream()); }
+#endif
   bool query() const { return stream_.query(); }
   void synchronize() const { stream_.synchronize(); }
 

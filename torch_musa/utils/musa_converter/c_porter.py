@@ -24,6 +24,9 @@ _TOKEN = re.compile(
 )
 
 
+_IMPL_KEY = re.compile(r"(\bTORCH_LIBRARY_IMPL\s*\(\s*\w+\s*,\s*)(CUDA|AutogradCUDA)(\s*,)")
+
+
 @dataclass
 class CResult:
     source: str
@@ -99,6 +102,13 @@ def port_source(text: str, table: Table | None = None) -> CResult:
             i += 1
         return "::".join(out)
 
+    def key(m: re.Match) -> str:
+        counts["c.dispatch-key:" + m.group(2)] += 1
+        return m.group(1) + m.group(2).replace("CUDA", "PrivateUse1") + m.group(3)
+
+    # An operator's CUDA kernels registered for the musa device (a bare CUDA there is a
+    # dispatch key; anywhere else it is left alone).
+    text = _IMPL_KEY.sub(key, text)
     new = _TOKEN.sub(sub, text)
     return CResult(restore_eols(new, eols) if counts else original, counts, review)
 

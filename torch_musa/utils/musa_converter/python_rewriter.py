@@ -84,6 +84,7 @@ class _Rewriter(cst.CSTTransformer):
         self.name_map = name_map
         self.counts: Counter = Counter()
         self._no_rename: set[int] = set()
+        self._path_parts: set[int] = set()   # string literals that are path parts
 
     # -- names that must not be renamed as bare identifiers ----------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -92,6 +93,14 @@ class _Rewriter(cst.CSTTransformer):
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
             self._no_rename.add(id(node.keyword))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if _is_path_call(_dotted(node.func)):
+            self._path_parts.update(id(a.value) for a in node.args if isinstance(a.value, cst.SimpleString))
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Divide):  # pathlib: root / "cuda"
+            self._path_parts.update(id(v) for v in (node.left, node.right) if isinstance(v, cst.SimpleString))
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if not isinstance(node.names, cst.ImportStar):
@@ -201,8 +210,8 @@ class _Rewriter(cst.CSTTransformer):
         return updated.with_changes(names=names) if changed else updated
 
     # -- strings and comments ------------------------------------------------
-    def _text(self, text: str, full: bool) -> str:
-        return _string_text(self.t, text, full, self.counts)
+    def _text(self, text: str, full: bool, path: bool = False) -> str:
+        return _string_text(self.t, text, full, self.counts, path)
 
     def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString):
         m = _STR_PREFIX.match(updated.value)
@@ -210,7 +219,7 @@ class _Rewriter(cst.CSTTransformer):
             return updated
         pre, q = m.group(0), m.group(2)
         inner = updated.value[len(pre):len(updated.value) - len(q)]
-        new = self._text(inner, full=True)
+        new = self._text(inner, full=True, path=id(original) in self._path_parts)
         return updated if new == inner else updated.with_changes(value=pre + new + q)
 
     def leave_FormattedString(self, original, updated: cst.FormattedString):
@@ -571,10 +580,27 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
 # Fast path: simple rewrites as text edits at ast positions
 # --------------------------------------------------------------------------
 
-def _string_text(t: Table, text: str, full: bool, counts: Counter) -> str:
-    """The string rules on a literal's text (whole-literal rules when ``full``)."""
+# Calls whose string arguments are path parts, and the rules that still apply there: the
+# converter renames .cu files but no folder, so os.path.join(src, "cuda") must keep naming
+# the folder "cuda" (rewritten to "musa", a setup.py's glob found no kernel source and
+# the kernels dropped out of the build without an error).
+_PATH_CALLS = frozenset({"join", "joinpath", "Path", "PurePath", "PosixPath", "glob", "iglob",
+                         "rglob", "listdir", "scandir", "walk", "exists", "isdir", "isfile",
+                         "makedirs", "mkdir", "open", "relpath", "abspath", "realpath"})
+_PATH_RULES = frozenset({"string.cu-source"})
+
+
+def _is_path_call(func_name: str | None) -> bool:
+    return bool(func_name) and func_name.rsplit(".", 1)[-1] in _PATH_CALLS
+
+
+def _string_text(t: Table, text: str, full: bool, counts: Counter, path: bool = False) -> str:
+    """The string rules on a literal's text (whole-literal rules when ``full``; only the
+    file-name rules when the literal is a path part, ``path``)."""
     if full:
         for rid, pat, to in t.string_rules:
+            if path and rid not in _PATH_RULES:
+                continue
             m = pat.fullmatch(text)
             if m:
                 counts["py." + rid] += 1
@@ -645,7 +671,7 @@ def _fast_edits(t: Table, node, hits, lines: list[str], counts: Counter) -> list
                 raise _NotFast("f-string")
             if id(s) not in done and isinstance(s.value, str):
                 done.add(id(s))
-                _fast_string(t, s, lines, edits, counts)
+                _fast_string(t, s, lines, edits, counts, _is_path_part(s, parents.get(id(s))))
             continue
         if (ln, a, b) in names:
             continue
@@ -708,7 +734,15 @@ def _fast_chain(t: Table, top: ast.Attribute, parent, lines, edits, counts) -> N
         raise _NotFast("call rule")
 
 
-def _fast_string(t: Table, s, lines, edits, counts) -> None:
+def _is_path_part(s, parent) -> bool:
+    """Whether string literal ``s`` is a path part: an argument of a path call, or an
+    operand of ``/`` (pathlib)."""
+    if isinstance(parent, ast.Call):
+        return s in parent.args and _is_path_call(_ast_dotted(parent.func))
+    return isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Div)
+
+
+def _fast_string(t: Table, s, lines, edits, counts, path: bool = False) -> None:
     seg = _segment(lines, s)
     m = _STR_PREFIX.match(seg)
     if not m:
@@ -718,7 +752,7 @@ def _fast_string(t: Table, s, lines, edits, counts) -> None:
     if not seg.endswith(q) or len(seg) < len(pre) + len(q) or q in inner.replace(
             "\\\\", "").replace("\\" + q[0], ""):
         raise _NotFast("concatenated string")
-    new = _string_text(t, inner, True, counts)
+    new = _string_text(t, inner, True, counts, path)
     if new != inner:
         edits.append(((s.lineno, s.col_offset + len(pre)),
                       (s.end_lineno, s.end_col_offset - len(q)), new))
