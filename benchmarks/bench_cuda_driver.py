@@ -13,7 +13,7 @@ The native-cuda training step runs in a worker process without torch_musa,
 driven round by round from this one: once a PrivateUse1 backend is registered,
 PyTorch's autograd engine cannot run a CUDA backward in that process
 (pytorch/pytorch#161129). Writes cuda_driver.json, cuda_driver.md and
-cuda_driver.png to --out (with --profile also cuda_driver_gpt2_profile_{musa,cuda}.txt).
+cuda_driver.png to --out (with --profile also cuda_driver_gpt2[_compiled]_profile_{musa,cuda}.txt).
 """
 from __future__ import annotations
 
@@ -219,10 +219,11 @@ def bench_gpt2(rounds: int, steps: int, batch: int, seq: int, profile_dir: str |
     for _ in range(rounds):
         times["musa"].append(time_loop(musa_step, "musa", steps))
         times["cuda"].append(ask("round"))
-    if profile_dir and not compiled:
+    if profile_dir:
+        name = "gpt2_compiled" if compiled else "gpt2"
         for side, prof in (("musa", lambda p: profile_step(musa_step, "musa", steps, p)),
                            ("cuda", lambda p: ask(f"profile {p}", json.loads))):
-            got = prof(os.path.join(profile_dir, f"cuda_driver_gpt2_profile_{side}.txt"))
+            got = prof(os.path.join(profile_dir, f"cuda_driver_{name}_profile_{side}.txt"))
             print(f"profile {side}: host issue {got['issue_ms']:.1f} ms/step, wall {got['wall_ms']:.1f} ms/step",
                   flush=True)
     worker.stdin.close()

@@ -141,3 +141,33 @@ def test_builtin_devices_keep_their_own_op_overrides():
 
     assert get_device_op_overrides("musa").device_guard(1) == "torch.musa.device(1)"
     assert get_device_op_overrides("cuda").device_guard(0) == "torch.cuda._DeviceGuard(0)"
+
+
+def test_matmuls_are_padded_as_on_the_gpu(monkeypatch):
+    # The joint graph is rewritten on musa values; pad_mm padded only CUDA/XPU matmuls, so
+    # GPT-2's 50257-wide LM head ran unpadded on a slow cuBLAS kernel (1.54x native on an
+    # H200). The decision is asked of the kernel device's fake tensors; here the CPU stands
+    # in for a GPU (padding forced: no GPU timing runs).
+    from torch._inductor.fx_passes import pad_mm
+
+    from torch_musa._inductor import kernel_device
+
+    monkeypatch.setattr(pad_mm, "should_pad", pad_mm.should_pad)  # restored after
+    monkeypatch.setattr(pad_mm, "check_device", lambda a, b: a.device.type == b.device.type == KIND)
+    monkeypatch.setattr(pad_mm, "has_triton", lambda: True)
+    monkeypatch.setattr(torch._inductor.config, "force_shape_pad", True)
+    kernel_device._pads_matmuls_as_on_the_gpu(KIND)
+    kernel_device._pads_matmuls_as_on_the_gpu(KIND)  # idempotent: one wrapper
+    assert not hasattr(pad_mm.should_pad._musa_stock, "_musa_stock")
+    a, b = torch.randn(33, 17, device="musa"), torch.randn(17, 51, device="musa")
+    bias = torch.randn(51, device="musa")
+    graphs = []
+    fn = torch.compile(lambda a, b, c: torch.addmm(c, a, b) + a @ b, backend=route_backend(graphs.append))
+    got = fn(a, b, bias)
+    (gm,) = graphs
+    assert all(d.startswith(KIND) for d in placeholder_devices(gm))
+    ops = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    assert ops & {"aten.cat.default", "aten.constant_pad_nd.default"}, ops  # padded
+    assert got.device.type == "musa" and got.shape == (33, 51)
+    ref = torch.addmm(bias.cpu(), a.cpu(), b.cpu()) + a.cpu() @ b.cpu()
+    torch.testing.assert_close(got.cpu(), ref, **TOL)
