@@ -41,6 +41,11 @@ def test_musa_settings_stand_for_the_cuda_ones():
     assert runtime.cuda_driver_env({**given, "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}) == \
         {"CUDA_VISIBLE_DEVICES": "1"}
     assert runtime.cuda_driver_env({"PATH": "/bin"}) == {}
+    # musa's own options stay musa's: CUDA's allocator refuses an unknown key at startup
+    conf = "cpu:unified,roundup_power2_divisions:[256:1,>:4],max_split_size_mb:64"
+    assert runtime.cuda_driver_env({"PYTORCH_MUSA_ALLOC_CONF": conf}) == \
+        {"PYTORCH_CUDA_ALLOC_CONF": "roundup_power2_divisions:[256:1,>:4],max_split_size_mb:64"}
+    assert runtime.cuda_driver_env({"PYTORCH_MUSA_ALLOC_CONF": "cpu:unified"}) == {}
 
 
 @on_cuda

@@ -38,6 +38,8 @@ def test_musa_activity_is_the_privateuse1_one():
 
 
 HOST = CONFIG.driver == "host"
+# torch types every device activity PrivateUse1 once a PrivateUse1 backend is named,
+# CUPTI's too (the cuda driver's kernels)
 DEVICE_KINDS = (DEVICE_TYPE, torch.autograd.DeviceType.CUDA)
 
 
@@ -55,7 +57,6 @@ def test_ops_report_device_time():
         # The GPU's kernels, from Kineto's CUPTI profiler; no launch spans of ours beside
         # them (each op's device time counted once: fused AdamW read 5.0 ms for 2.0 ms).
         assert not ours, sorted({k.name for k in ours})
-        assert all(k.device_type == torch.autograd.DeviceType.CUDA for k in kernels)
         assert sum(len(op.kernels) for op in mm_ops) >= 3  # a GPU kernel for each call
         return
     # The kernels themselves: device events of the musa device, one per op call.
@@ -91,9 +92,11 @@ def test_chrome_trace_has_kernels_streams_and_device_properties(tmp_path):
         rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
                 if e.get("ph") == "M" and e.get("name") == "thread_name"}
         assert rows[(0, stream)] == f"musa stream {stream}"
-    else:  # CUPTI's kernels of the GPU, each linked to a matmul or relu op
+    else:  # CUPTI's kernels of the GPU, each linked to the op that launched it
         assert kernels and not [k for k in kernels if k["name"].startswith("musa_kernel:")]
-        assert {ops.get(k["args"].get("External id")) for k in kernels} <= {"aten::mm", "aten::relu"}
+        linked = {ops.get(k["args"].get("External id")) for k in kernels}
+        assert "aten::mm" in linked and None not in linked, linked
+        assert linked <= {"aten::mm", "aten::relu", "aten::clamp_min"}, linked  # relu's kernel
     props = [p for p in trace["deviceProperties"] if p.get("backend") == "musa"]  # and CUDA's
     assert len(props) == torch.musa.device_count()
     assert props[0]["name"] == torch.musa.get_device_name(0)
@@ -154,9 +157,8 @@ def test_copies_are_memcpy_events(tmp_path):
     copies = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "gpu_memcpy"]
     if CONFIG.driver == "host":
         assert {c["name"] for c in copies} == {"Memcpy HtoD", "Memcpy DtoH"}
-    else:  # musa's two and CUPTI's three (the H200 run): the clone is a device copy there
-        assert {c["name"] for c in copies} == {"Memcpy HtoD", "Memcpy DtoH",
-                                               "Memcpy HtoD (Pageable -> Device)",
+    else:  # CUPTI's, once each (the clone is a device copy there)
+        assert {c["name"] for c in copies} == {"Memcpy HtoD (Pageable -> Device)",
                                                "Memcpy DtoH (Device -> Pageable)",
                                                "Memcpy DtoD (Device -> Device)"}
     assert all(c["args"]["bytes"] == 128 * 128 * 4 for c in copies)

@@ -163,12 +163,14 @@ class AllocatorSettings:
     garbage_collection_threshold: float = 0.0  # 0: off
     # Divisions per power-of-two interval of sizes, from 1 MiB up (16 intervals; 0: 512-byte steps).
     roundup_power2_divisions: tuple[int, ...] = (0,) * 16
-    cpu_unified: bool = False  # cpu:unified: CPU tensors in memory the device uses (host driver)
+    cpu_unified: bool = False  # cpu:unified: CPU tensors in memory the device uses
     others: tuple[str, ...] = ()
 
 
 _ALLOC_OPTIONS = ("max_split_size_mb", "garbage_collection_threshold", "roundup_power2_divisions",
                   "expandable_segments", "cpu")
+#: Options of musa's own, not passed on to CUDA's allocator under the cuda driver.
+MUSA_ONLY_ALLOC_OPTIONS = ("cpu",)
 
 
 def _alloc_items(spec: str) -> list[str]:

@@ -482,7 +482,9 @@ def use_unified_cpu_allocator(device: Any = None):
     """Inside, CPU tensors are made in musa memory the device uses (unified memory, as
     PYTORCH_MUSA_ALLOC_CONF=cpu:unified for the whole process): ``.to("musa")`` and
     ``torch.load(map_location="musa")`` of them copy nothing and the musa tensor shares
-    the CPU tensor's bytes. They count as ``device``'s memory. Host driver only."""
+    the CPU tensor's bytes. Under the host driver they count as ``device``'s memory;
+    under the cuda driver they are CUDA managed memory, which CUDA's caching allocator
+    does not count (synchronize before the CPU reads what the device wrote)."""
     _lazy._lazy_init()
     idx = torch.musa.current_device() if device is None else _get_device_index(device)
     prev = _C._unified_cpu_allocator()

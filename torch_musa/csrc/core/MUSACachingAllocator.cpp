@@ -1149,10 +1149,50 @@ c10::DeleterFnPtr g_host_raw_deleter = nullptr;
 std::atomic<int> g_unified{-1};
 std::atomic<bool> g_unified_used{false};
 
-// A CPU tensor's memory from musa `device`'s pool, marked as unified memory.
+// Managed memory of a driver that has its own (CUDA's): pointer -> device.
+std::mutex g_managed_mu;
+ska::flat_hash_map<uintptr_t, c10::DeviceIndex>& g_managed =
+    *new ska::flat_hash_map<uintptr_t, c10::DeviceIndex>();
+
+void free_managed(void* p) {
+  {
+    std::lock_guard<std::mutex> g(g_managed_mu);
+    g_managed.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  driver().free_managed(p);
+}
+
+c10::DataPtr allocate_managed(c10::DeviceIndex device, size_t n) {
+  void* p = driver().malloc_managed(device, n);
+  TORCH_CHECK_WITH(OutOfMemoryError, p,
+                   "musa unified memory: could not allocate ", n, " bytes of ",
+                   driver().name(), " managed memory for musa:", int(device));
+  {
+    std::lock_guard<std::mutex> g(g_managed_mu);
+    g_managed[reinterpret_cast<uintptr_t>(p)] = device;
+  }
+  return {p, p, &free_managed, c10::Device(c10::DeviceType::CPU)};
+}
+
+// The musa device whose unified memory `p` starts, or -1.
+int unified_device_of(void* p) {
+  if (driver().has_managed_memory()) {
+    std::lock_guard<std::mutex> g(g_managed_mu);
+    auto it = g_managed.find(reinterpret_cast<uintptr_t>(p));
+    return it == g_managed.end() ? -1 : it->second;
+  }
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_blocks.end() || !it->second->allocated || !it->second->unified) return -1;
+  return it->second->device;
+}
+
+// A CPU tensor's memory that musa `device` uses in place: the driver's managed
+// memory, or else a block of the device's pool (host RAM) marked as unified.
 c10::DataPtr allocate_unified(c10::DeviceIndex device, size_t n) {
-  c10::DataPtr p = device_allocator().allocate_on(device, n, c10::Device(c10::DeviceType::CPU));
   g_unified_used = true;
+  if (driver().has_managed_memory()) return allocate_managed(device, n);
+  c10::DataPtr p = device_allocator().allocate_on(device, n, c10::Device(c10::DeviceType::CPU));
   if (p.get() && &device_allocator() == &caching_allocator()) {
     std::lock_guard<std::mutex> g(g_mu);
     auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p.get()));
@@ -1165,6 +1205,7 @@ c10::DataPtr allocate_unified(c10::DeviceIndex device, size_t n) {
 // raw_deleter(), whichever mode allocated the pointer.
 void kernel_raw_free(void* p) {
   if (p && device_allocator().is_live(p)) device_allocator().raw_deleter()(p);
+  else if (p && driver().has_managed_memory() && unified_device_of(p) >= 0) free_managed(p);
   else g_host_raw_deleter(p);
 }
 struct KernelAllocationRedirect final : c10::Allocator {
@@ -1205,9 +1246,11 @@ void install_kernel_allocation_redirect() {
 void set_unified_cpu_allocator(int device) {
   if (device >= 0) {
     check_device(c10::DeviceIndex(device));
-    TORCH_CHECK(config().kernel_type == c10::DeviceType::CPU && !config().native_allocator,
-                "unified memory (cpu:unified, use_unified_cpu_allocator) is available on the "
-                "host driver only; the ", driver().name(), " driver does not provide it yet");
+    TORCH_CHECK(driver().has_managed_memory() ||
+                    (config().kernel_type == c10::DeviceType::CPU && !config().native_allocator),
+                "unified memory (cpu:unified, use_unified_cpu_allocator) needs the host "
+                "driver or a driver with managed memory; the ", driver().name(),
+                " driver has none");
     TORCH_CHECK(g_kernel_allocation_redirect.host,
                 "unified memory needs the musa runtime registered first (import torch_musa)");
   }
@@ -1241,14 +1284,7 @@ bool share_unified(const at::Tensor& src, const at::Tensor& dst) {
     return false;
   c10::StorageImpl* hs = src.storage().unsafeGetStorageImpl();
   void* p = hs->mutable_data();
-  c10::DeviceIndex device;
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p));
-    if (it == g_blocks.end() || !it->second->allocated || !it->second->unified) return false;
-    device = it->second->device;
-  }
-  if (device != dst.device().index()) return false;
+  if (unified_device_of(p) != dst.device().index()) return false;
   c10::raw::intrusive_ptr::incref(hs);
   c10::DataPtr shared(p, hs, &release_shared_storage, dst.device());
   // The fresh device block goes back to the cache; nothing is copied.

@@ -86,6 +86,12 @@ struct Driver {
   virtual c10::DeviceAllocator* native_allocator() { return nullptr; }
   virtual void set_memory_fraction(double, c10::DeviceIndex) {}
   virtual int device_of(const void*) { return -1; }  // -1: not device memory
+  // Unified memory for CPU tensors (cpu:unified): bytes the host and `device` both
+  // address, CUDA's managed memory. nullptr where the driver has none of its own
+  // (the host driver's unified memory is its device pool: host RAM already).
+  virtual bool has_managed_memory() const { return false; }
+  virtual void* malloc_managed(c10::DeviceIndex, size_t) { return nullptr; }
+  virtual void free_managed(void*) {}
   virtual void* stream_handle(c10::Stream s) {
     return reinterpret_cast<void*>(static_cast<intptr_t>(s.id()));
   }

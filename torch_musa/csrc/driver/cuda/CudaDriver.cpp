@@ -160,6 +160,17 @@ class CudaDriver final : public Driver {
     return attr.type == cudaMemoryTypeDevice ? attr.device : -1;
   }
   void* stream_handle(c10::Stream s) override { return cuda_stream(s).stream(); }
+  bool has_managed_memory() const override { return true; }
+  void* malloc_managed(c10::DeviceIndex d, size_t nbytes) override {
+    c10::cuda::CUDAGuard g(d);
+    void* p = nullptr;
+    if (cudaMallocManaged(&p, nbytes, cudaMemAttachGlobal) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return p;
+  }
+  void free_managed(void* p) override { C10_CUDA_CHECK_WARN(cudaFree(p)); }
 
   bool native_streams() const override { return true; }
   c10::StreamId current_stream_id(c10::DeviceIndex d) override {
