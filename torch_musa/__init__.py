@@ -34,6 +34,7 @@ from torch_musa.core import printing as _printing  # noqa: E402
 from torch_musa.ops import dtype_policy as _dtype_policy  # noqa: E402
 from torch_musa.ops import fallback_routes as _fallback_routes  # noqa: E402
 from torch_musa.ops import half_upcast as _half_upcast  # noqa: E402
+from torch_musa.ops import int_histc as _int_histc  # noqa: E402
 from torch_musa.ops import registry as _registry  # noqa: E402
 from torch_musa.ops import rnn_cells as _rnn_cells  # noqa: E402
 from torch_musa.ops import sync_batch_norm as _sync_batch_norm  # noqa: E402
@@ -59,6 +60,7 @@ _fallback_routes.install()
 _registry.register_customized()
 _rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
 _half_upcast.install()  # float16/bfloat16 where the CPU's kernels lack them, in float32
+_int_histc.install()  # integer histc, which CUDA has and the CPU lacks
 _sync_batch_norm.install()  # SyncBatchNorm's CUDA-only kernels
 _registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
