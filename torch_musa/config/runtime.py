@@ -13,8 +13,8 @@ from collections.abc import Mapping, MutableMapping
 import torch
 
 from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
-from torch_musa.config.variables import (MUSA_ONLY_ALLOC_OPTIONS, VARIABLES, AllocatorSettings,
-                                         alloc_conf_error, split_alloc_conf, visible_devices)
+from torch_musa.config.variables import (VARIABLES, AllocatorSettings, alloc_conf_error, cuda_alloc_conf,
+                                         split_alloc_conf, visible_devices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,20 +44,12 @@ class RuntimeConfig:
         return len(self.physical_indices)
 
 
-def _for_cuda(name: str, value: str) -> str:
-    """A musa variable's value as its CUDA one takes it: CUDA's allocator refuses the
-    options that are musa's alone (``cpu:unified``, which the runtime serves itself)."""
-    if name != "PYTORCH_MUSA_ALLOC_CONF":
-        return value
-    return ",".join(item for item in value.split(",")
-                    if item.partition(":")[0].strip() not in MUSA_ONLY_ALLOC_OPTIONS)
-
-
 def cuda_driver_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The CUDA variables the cuda driver sets: each musa one given, unless its CUDA
     name is set already (an explicit CUDA setting wins)."""
-    out = {v.cuda_name: _for_cuda(v.name, environ[v.name]) for v in VARIABLES.values()
-           if v.cuda_name and v.name in environ and v.cuda_name not in environ}
+    out = {v.cuda_name: cuda_alloc_conf(environ[v.name]) if v.name == "PYTORCH_MUSA_ALLOC_CONF"
+           else environ[v.name]
+           for v in VARIABLES.values() if v.cuda_name and v.name in environ and v.cuda_name not in environ}
     return {k: v for k, v in out.items() if v}
 
 

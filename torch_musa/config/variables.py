@@ -170,7 +170,7 @@ class AllocatorSettings:
 _ALLOC_OPTIONS = ("max_split_size_mb", "garbage_collection_threshold", "roundup_power2_divisions",
                   "expandable_segments", "cpu")
 #: Options of musa's own, not passed on to CUDA's allocator under the cuda driver.
-MUSA_ONLY_ALLOC_OPTIONS = ("cpu",)
+_MUSA_ONLY_ALLOC_OPTIONS = ("cpu",)
 
 
 def _alloc_items(spec: str) -> list[str]:
@@ -198,6 +198,13 @@ def split_alloc_conf(spec: str) -> tuple[list[str], list[str]]:
         ok = sep and key in _ALLOC_OPTIONS and not (key == "expandable_segments" and value.lower() == "true")
         (known if ok else others).append(item)
     return known, others
+
+
+def cuda_alloc_conf(spec: str) -> str:
+    """An allocator configuration as CUDA's allocator takes it (the cuda driver passes it
+    on): every item but musa's own options, which CUDA refuses as unknown keys."""
+    return ",".join(item for item in _alloc_items(spec)
+                    if item.partition(":")[0].strip() not in _MUSA_ONLY_ALLOC_OPTIONS)
 
 
 def alloc_conf_error(option: str) -> str:
