@@ -155,7 +155,7 @@ def test_copies_are_memcpy_events(tmp_path):
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
     copies = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "gpu_memcpy"]
-    if CONFIG.driver == "host":
+    if HOST:
         assert {c["name"] for c in copies} == {"Memcpy HtoD", "Memcpy DtoH"}
     else:  # CUPTI's, once each (the clone is a device copy there)
         assert {c["name"] for c in copies} == {"Memcpy HtoD (Pageable -> Device)",
