@@ -38,6 +38,7 @@ from torch_musa.ops import int_histc as _int_histc  # noqa: E402
 from torch_musa.ops import registry as _registry  # noqa: E402
 from torch_musa.ops import rnn_cells as _rnn_cells  # noqa: E402
 from torch_musa.ops import sync_batch_norm as _sync_batch_norm  # noqa: E402
+from torch_musa.ops import rnn_layers as _rnn_layers  # noqa: E402
 
 torch._register_device_module("musa", _musa_module)
 
@@ -59,6 +60,7 @@ _C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
 _fallback_routes.install()
 _registry.register_customized()
 _rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
+_rnn_layers.install()  # tanh/ReLU RNN layers in the CPU's op order (host driver)
 _half_upcast.install()  # float16/bfloat16 where the CPU's kernels lack them, in float32
 _int_histc.install()  # integer histc, which CUDA has and the CPU lacks
 _sync_batch_norm.install()  # SyncBatchNorm's CUDA-only kernels

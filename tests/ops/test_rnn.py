@@ -120,6 +120,57 @@ def test_packed_sequences_match_cpu(kind, batch_first):
     _assert_same(_run(module, x, states, 7, "cpu", lengths), _run(module, x, states, 7, "musa", lengths))
 
 
+SIMPLE = [k for k in KINDS if k.startswith("rnn_")]
+
+
+def _aten_calls(fn) -> list[tuple]:
+    """The aten ops ``fn`` dispatches, each with its tensor arguments' shapes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            flat = torch.utils._pytree.tree_leaves((args, kwargs))
+            calls.append((str(func), [tuple(a.shape) for a in flat if isinstance(a, torch.Tensor)]))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        fn()
+    return calls
+
+
+@pytest.mark.requires_host_driver("the host driver runs the CPU's kernels")
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("kind", SIMPLE)
+def test_simple_rnn_is_the_cpus_op_for_op(kind, config, packed):
+    """PyTorch's composite projects the whole sequence's inputs in one matmul only on the
+    CPU; MKL rounds a [batch, in] and a [seq*batch, in] product differently on AVX-512.
+    musa's tanh/ReLU layers take the CPU's branch (torch_musa/ops/rnn_layers.py): the same
+    aten calls with the same shapes, forward and backward, so the same kernels and the
+    same bits on any CPU."""
+    torch.manual_seed(0)
+    module = KINDS[kind](**CONFIGS[config])
+    batch = 4
+    shape = (batch, SEQ, IN) if module.batch_first else (SEQ, batch, IN)
+    x, states = torch.randn(shape), _states(module, batch)
+    lengths = torch.tensor([4, 2, 5, 1]) if packed else None
+    results = {}
+
+    def run(device):
+        results[device] = _run(module, x, states, 7, device, lengths)
+
+    cpu_calls = _aten_calls(lambda: run("cpu"))
+    musa_calls = _aten_calls(lambda: run("musa"))
+    # The musa run starts by copying the module and inputs over: compare from its first RNN op.
+    rnn = next(i for i, c in enumerate(cpu_calls) if "rnn_" in c[0] or c[0].startswith("aten.t."))
+    first = next(i for i, c in enumerate(musa_calls) if c == cpu_calls[rnn])
+    assert [c for c in musa_calls[first:] if "_to_copy" not in c[0]] == \
+        [c for c in cpu_calls[rnn:] if "_to_copy" not in c[0]]
+    _assert_same(results["cpu"], results["musa"], rtol=0, atol=0)
+
+
 @CPU_MASKS
 def test_dropout_masks_are_the_cpus():
     """The tanh RNN has no fused cell: its musa run is the CPU's op for op, masks included."""
