@@ -118,7 +118,10 @@ def _adaptive_heun(device):
 
 def test_adaptive_step_controller_takes_the_cpus_steps():
     (steps_m, out_m), (steps_c, out_c) = _adaptive_heun("musa"), _adaptive_heun("cpu")
-    assert steps_m == steps_c
+    # The same steps accepted; their sizes come from the error norm, so they are the
+    # CPU's bit for bit only where the kernels are (host driver), else within its tolerance.
+    assert len(steps_m) == len(steps_c)
+    assert_same(torch.tensor(steps_m), torch.tensor(steps_c), "accepted step sizes")
     for m, c in zip(out_m, out_c):
         assert_same(m, c, "adaptive Heun solution and gradients")
 
