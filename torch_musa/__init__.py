@@ -39,6 +39,7 @@ from torch_musa.ops import registry as _registry  # noqa: E402
 from torch_musa.ops import rnn_cells as _rnn_cells  # noqa: E402
 from torch_musa.ops import sync_batch_norm as _sync_batch_norm  # noqa: E402
 from torch_musa.ops import rnn_layers as _rnn_layers  # noqa: E402
+from torch_musa.ops import cpu_only_checks as _cpu_only_checks  # noqa: E402
 
 torch._register_device_module("musa", _musa_module)
 
@@ -61,6 +62,7 @@ _fallback_routes.install()
 _registry.register_customized()
 _rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
 _rnn_layers.install()  # tanh/ReLU RNN layers in the CPU's op order (host driver)
+_cpu_only_checks.install()  # argument checks PyTorch's composites make only on the CPU
 _half_upcast.install()  # float16/bfloat16 where the CPU's kernels lack them, in float32
 _int_histc.install()  # integer histc, which CUDA has and the CPU lacks
 _sync_batch_norm.install()  # SyncBatchNorm's CUDA-only kernels

@@ -1,0 +1,48 @@
+"""Checks that PyTorch's composite ops make only when the input is on the CPU.
+
+Some CompositeImplicitAutograd ops validate their arguments only for CPU tensors,
+to spare an accelerator a host synchronisation (``quantile_compute`` in
+``aten/src/ATen/native/Sorting.cpp`` checks that every ``q`` lies in ``[0, 1]``
+only ``if (self.device().is_cpu())``). On musa the composite runs on musa tensors
+and skipped the check: ``torch.quantile(x, torch.tensor([-0.05]))`` returned a
+value where the CPU raises, and ``q = 1.5`` an out-of-bounds index error. The
+host driver's memory is the host's, so the check costs nothing there: these
+kernels make it, then run PyTorch's own composite (``OpOverload.decompose``).
+Host driver only: the cuda driver keeps CUDA's no-sync behaviour.
+"""
+from __future__ import annotations
+
+import torch
+
+from torch_musa.config import CONFIG
+from torch_musa.ops import aten_kernels
+
+_library: torch.library.Library | None = None
+
+
+def _check_q(q: torch.Tensor) -> None:
+    if q.numel() and not bool(q.ge(0).logical_and_(q.le(1)).all()):
+        raise RuntimeError("quantile() q values must be in the range [0, 1]")
+
+
+def _checked(overload: torch._ops.OpOverload):
+    def kernel(self, q, *args, **kwargs):
+        _check_q(q)
+        return overload.decompose(self, q, *args, **kwargs)
+
+    kernel.__name__ = overload.__name__
+    return kernel
+
+
+def install() -> None:
+    """Register the checked composites on musa's backend and autograd keys (host driver, once)."""
+    global _library
+    if _library is not None or CONFIG.driver != "host":
+        return
+    impls = []
+    for name in ("quantile", "nanquantile"):
+        for overload in ("default", "out"):
+            op = getattr(getattr(torch.ops.aten, name), overload)
+            qualified = name if overload == "default" else f"{name}.{overload}"
+            impls += [(qualified, _checked(op), key) for key in ("PrivateUse1", "AutogradPrivateUse1")]
+    _library = aten_kernels.register(impls)
