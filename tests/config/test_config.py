@@ -51,7 +51,7 @@ def test_a_bad_value_names_variable_value_and_what_is_allowed(name, value, allow
 @pytest.mark.parametrize("name,value,allowed", [
     ("TORCH_USE_MUSA_DOUBLE_CAST", "maybe", "true, on"),
     ("MCCL_CHECK_COLLECTIVES", "xyz", "first, all"),
-    ("TORCH_MUSA_DEVICE_MEMORY", "99999999999GB", "2^63-1 bytes"),
+    ("TORCH_MUSA_DEVICE_MEMORY", "99999999999GB", "2^62 bytes"),
 ])
 def test_bad_value_fails_the_import(subpython, name, value, allowed):
     r = subpython("import torch_musa", {name: value})
@@ -71,9 +71,10 @@ def test_sizes():
     parse = VARIABLES["TORCH_MUSA_DEVICE_MEMORY"].parse
     assert parse("2GB") == parse("2 gib") == parse("2048M") == 2 << 30
     assert parse("1.5K") == 1536 and parse("1073741824") == 1 << 30
-    assert parse(str((1 << 63) - 1)) == (1 << 63) - 1
+    assert parse(str(1 << 62)) == 1 << 62  # the largest capacity (see the test below)
     with pytest.raises(ValueError, match="too large"):
-        parse(str(1 << 63))
+        parse(str((1 << 62) + 1))
+    assert VARIABLES["TORCH_MUSA_HOST_MEMORY_LIMIT"].parse(str((1 << 63) - 1)) == (1 << 63) - 1
     assert VARIABLES["TORCH_MUSA_HOST_MEMORY_LIMIT"].parse("0") == 0  # no limit
 
 
@@ -158,3 +159,53 @@ def test_python_m_torch_musa_config(capsys):
     out = capsys.readouterr().out
     assert f"profile                  {CONFIG.profile.key} ({CONFIG.profile.name}" in out
     assert f"device_count             {CONFIG.device_count}" in out
+
+
+# Issue 35, item 15: a max_split_size_mb whose size in bytes no int64 holds reached the C++
+# binding as a pybind TypeError at import; the configuration refuses it, naming the range.
+@pytest.mark.parametrize("value", ["1234567890123456789012345", "8796093022208"])
+def test_max_split_size_mb_beyond_int64_is_a_configuration_error(subpython, value):
+    spec = f"max_split_size_mb:{value}"
+    for env, name in (({"PYTORCH_MUSA_ALLOC_CONF": spec}, "PYTORCH_MUSA_ALLOC_CONF"),
+                      ({"PYTORCH_CUDA_ALLOC_CONF": spec, "TORCH_MUSA_CUDA_COMPAT": "1"},
+                       "PYTORCH_CUDA_ALLOC_CONF")):
+        r = subpython("import torch_musa", env)
+        last = r.stderr.strip().splitlines()[-1]
+        assert r.returncode != 0 and last.startswith(f"ValueError: {name}={spec!r}"), r.stderr[-2000:]
+        assert "max_split_size_mb:N (an integer from 2 to 8796093022207)" in last, last
+    largest = runtime.load({"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:8796093022207"})
+    assert largest.allocator.max_split_size_bytes == 8796093022207 << 20 <= (1 << 63) - 1
+
+
+def test_largest_max_split_size_mb_allocates(subpython):
+    r = subpython("import torch; print(float(torch.ones(1000, device='musa').sum()))",
+                  {"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:8796093022207"})
+    assert r.returncode == 0 and r.stdout.strip() == "1000.0", r.stderr[-2000:]
+
+
+# Issue 35, item 16: the allocator's limit is capacity x fraction in a double, so the documented
+# maximum 2^63-1 became 2^63 (no int64) and every allocation failed; the maximum is now 2^62.
+def test_the_largest_device_memory_works(subpython):
+    code = "import torch; print(float(torch.ones(128, device='musa').sum()), torch.musa.mem_get_info()[1])"
+    r = subpython(code, {"TORCH_MUSA_DEVICE_MEMORY": str(1 << 62)})
+    assert r.returncode == 0 and r.stdout.split() == ["128.0", str(1 << 62)], r.stderr[-2000:]
+    r = subpython("import torch_musa", {"TORCH_MUSA_DEVICE_MEMORY": str((1 << 63) - 1)})
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode != 0 and last.startswith(
+        "ValueError: TORCH_MUSA_DEVICE_MEMORY='9223372036854775807': too large") and "2^62 bytes" in last, r.stderr
+
+
+# Issue 35, item 17: an op log directory that is a file, or cannot be created, failed the import
+# with a bare FileExistsError; the error names TORCH_MUSA_OP_DEBUG_DIR.
+@pytest.mark.parametrize("where,why", [("file", "exists and is not a directory"),
+                                       ("file/sub", "is not a directory")])
+def test_op_debug_dir_that_cannot_be_a_directory(subpython, tmp_path, where, why):
+    (tmp_path / "file").write_text("")
+    directory = str(tmp_path / where)
+    r = subpython("import torch_musa", {"TORCH_MUSA_OP_DEBUG": "1", "TORCH_MUSA_OP_DEBUG_DIR": directory})
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode != 0 and last.startswith(f"ValueError: TORCH_MUSA_OP_DEBUG_DIR={directory!r}"), r.stderr
+    assert why in last, last
+    with pytest.raises(ValueError, match="TORCH_MUSA_OP_DEBUG_DIR"):
+        runtime.load({"TORCH_MUSA_OP_DEBUG": "1", "TORCH_MUSA_OP_DEBUG_DIR": directory})
+    assert runtime.load({"TORCH_MUSA_OP_DEBUG_DIR": directory}).op_debug_level == 0  # unused: not checked

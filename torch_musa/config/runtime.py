@@ -13,7 +13,7 @@ from collections.abc import Mapping, MutableMapping
 import torch
 
 from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
-from torch_musa.config.variables import (VARIABLES, AllocatorSettings, alloc_conf_error, cuda_alloc_conf,
+from torch_musa.config.variables import (VARIABLES, AllocatorSettings, Variable, alloc_conf_error, cuda_alloc_conf,
                                          split_alloc_conf, visible_devices)
 
 
@@ -86,6 +86,48 @@ def _start_cuda() -> HardwareProfile:
     return gpu_profile()
 
 
+def _read(v: Variable, view: Mapping[str, str], environ: Mapping[str, str]):
+    """``v``'s value; a bad value read from its CUDA name (TORCH_MUSA_CUDA_COMPAT) names that."""
+    try:
+        return v.read(view)
+    except ValueError as e:
+        if view is not environ and v.name not in environ and v.cuda_name in environ:
+            raise ValueError(f"{v.cuda_name}={environ[v.cuda_name]!r} (read as {v.name} under "
+                             f"TORCH_MUSA_CUDA_COMPAT=1): {e}") from None
+        raise
+
+
+def op_debug_dir_error(path: str) -> str | None:
+    """Why TORCH_MUSA_OP_DEBUG_DIR cannot be the op log's directory (None if it can): it must be
+    a directory, or creatable, and writable. Nothing is created here."""
+    p = os.path.abspath(path)
+    if os.path.exists(p):
+        if not os.path.isdir(p):
+            return "exists and is not a directory"
+        return None if os.access(p, os.W_OK | os.X_OK) else "is a directory this user cannot write"
+    parent = os.path.dirname(p)
+    while not os.path.exists(parent):  # the first ancestor present must be a writable directory
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"cannot be created: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot be created: {parent} is not writable by this user"
+    return None
+
+
+def _check_op_debug(value: Mapping[str, object], view: Mapping[str, str]) -> None:
+    if not value["TORCH_MUSA_OP_DEBUG"]:
+        return
+    if value["TORCH_MUSA_OP_DEBUG_LIST"] and value["TORCH_MUSA_OP_DEBUG_BLACK_LIST"]:
+        raise ValueError("TORCH_MUSA_OP_DEBUG_LIST and TORCH_MUSA_OP_DEBUG_BLACK_LIST cannot be used together")
+    directory = str(value["TORCH_MUSA_OP_DEBUG_DIR"])
+    why = op_debug_dir_error(directory)
+    if why:
+        raise VARIABLES["TORCH_MUSA_OP_DEBUG_DIR"].error(
+            view.get("TORCH_MUSA_OP_DEBUG_DIR", directory),
+            f"{why} (the op log of TORCH_MUSA_OP_DEBUG={value['TORCH_MUSA_OP_DEBUG']} goes there)")
+
+
 def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
     """Read every declared variable from ``environ``.
 
@@ -96,7 +138,8 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
         view = _with_cuda_names(environ)
     else:
         view = environ
-    value = {name: v.read(view) for name, v in VARIABLES.items()}
+    value = {name: _read(v, view, environ) for name, v in VARIABLES.items()}
+    _check_op_debug(value, view)
     driver = value["TORCH_MUSA_DRIVER"]
     allocator = value["PYTORCH_MUSA_ALLOC_CONF"]
     if driver == "cuda":

@@ -79,23 +79,32 @@ def parse_bytes(text: str) -> int:
 
 
 class Size:
-    def __init__(self, minimum: int):
-        self.minimum = minimum
+    def __init__(self, minimum: int, maximum: int = INT64_MAX, maximum_text: str = "2^63-1 bytes"):
+        self.minimum, self.maximum, self.maximum_text = minimum, maximum, maximum_text
         self.brief = "a size: `4GB`, `512MiB`, bytes" + (" (0: no limit)" if minimum == 0 else "")
 
     @property
     def allowed(self) -> str:
         low = "0 (no limit)" if self.minimum == 0 else "1 byte"
         return (f"a size such as 4GB, 512MiB or 1073741824 (units B, K, M, G, T: powers of 1024), "
-                f"from {low} to 2^63-1 bytes")
+                f"from {low} to {self.maximum_text}")
 
     def parse(self, text: str) -> int:
         n = parse_bytes(text)
         if n < self.minimum:
             raise Invalid("too small")
-        if n > INT64_MAX:
+        if n > self.maximum:
             raise Invalid("too large")
         return n
+
+
+#: The largest device capacity: the allocator's limit is capacity x memory fraction, a double,
+#: so capacities within 512 bytes of 2^63 round to 2^63, which no int64 holds.
+MAX_DEVICE_MEMORY = 1 << 62
+#: The largest max_split_size_mb whose size in bytes the allocator holds (an int64).
+MAX_SPLIT_SIZE_MB = INT64_MAX >> 20
+#: The largest roundup_power2_divisions value (a power of two the allocator holds as a size_t).
+MAX_DIVISIONS = 1 << 62
 
 
 class Integer:
@@ -226,7 +235,7 @@ def _divisions(value: str) -> tuple[int, ...]:
     intervals below it, `>` the ones above the last named; values powers of two or 0)."""
     def division(text: str, zero_ok: bool = True) -> int:
         n = int(text)
-        if not (_power_of_two(n) or (zero_ok and n == 0)):
+        if not (_power_of_two(n) or (zero_ok and n == 0)) or n > MAX_DIVISIONS:
             raise ValueError(text)
         return n
 
@@ -255,8 +264,9 @@ def _divisions(value: str) -> tuple[int, ...]:
 
 
 class AllocConf:
-    allowed = ("comma-separated max_split_size_mb:N (an integer > 1), garbage_collection_threshold:X "
-               "(0 < X < 1), roundup_power2_divisions:N or [MiB:N,...,>:N] (N a power of two or 0), "
+    allowed = (f"comma-separated max_split_size_mb:N (an integer from 2 to {MAX_SPLIT_SIZE_MB}), "
+               "garbage_collection_threshold:X (0 < X < 1), roundup_power2_divisions:N or "
+               "[MiB:N,...,>:N] (N a power of two up to 2^62, or 0), "
                "expandable_segments:False (True under the cuda driver), cpu:unified (unified memory)")
     brief = ("`max_split_size_mb:N`, `garbage_collection_threshold:X`, `roundup_power2_divisions:N`, "
              "`expandable_segments:False`, `cpu:unified`")
@@ -269,7 +279,7 @@ class AllocConf:
             try:
                 if key == "max_split_size_mb":
                     max_split = int(value) << 20
-                    ok = max_split > (1 << 20)
+                    ok = (1 << 20) < max_split <= MAX_SPLIT_SIZE_MB << 20
                 elif key == "garbage_collection_threshold":
                     gc = float(value)
                     ok = 0.0 < gc < 1.0
@@ -332,7 +342,7 @@ _DECLARED = (
     Variable("MUSA_VISIBLE_DEVICES", DeviceList(), None, "all",
              "Devices this process sees, in order, as `CUDA_VISIBLE_DEVICES` (the cuda driver sets that from it)",
              cuda_name="CUDA_VISIBLE_DEVICES", empty_is_value=True),
-    Variable("TORCH_MUSA_DEVICE_MEMORY", Size(1), None, "the profile's", "Memory of each device"),
+    Variable("TORCH_MUSA_DEVICE_MEMORY", Size(1, MAX_DEVICE_MEMORY, "2^62 bytes (4 EiB)"), None, "the profile's", "Memory of each device"),
     Variable("TORCH_MUSA_HOST_MEMORY_LIMIT", Size(0), None, "80 % of RAM",
              "Host RAM all devices together may reserve (host driver)"),
     Variable("PYTORCH_MUSA_ALLOC_CONF", AllocConf(), AllocatorSettings(), "none",

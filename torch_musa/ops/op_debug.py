@@ -112,5 +112,9 @@ def disable() -> None:
 def configure() -> None:
     """Start the log TORCH_MUSA_OP_DEBUG asks for (nothing at level 0)."""
     if CONFIG.op_debug_level:
-        enable(CONFIG.op_debug_level, out_dir=CONFIG.op_debug_dir, length=CONFIG.op_debug_length,
-               allow=list(CONFIG.op_debug_list), deny=list(CONFIG.op_debug_black_list))
+        try:
+            enable(CONFIG.op_debug_level, out_dir=CONFIG.op_debug_dir, length=CONFIG.op_debug_length,
+                   allow=list(CONFIG.op_debug_list), deny=list(CONFIG.op_debug_black_list))
+        except OSError as e:  # checked by the configuration; this is a race with the file system
+            raise ValueError(f"TORCH_MUSA_OP_DEBUG_DIR={CONFIG.op_debug_dir!r}: the op log of "
+                             f"TORCH_MUSA_OP_DEBUG={CONFIG.op_debug_level} cannot be written there: {e}") from e
