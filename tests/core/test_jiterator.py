@@ -90,3 +90,52 @@ def test_errors_name_what_was_wrong():
     with pytest.raises(RuntimeError, match="cannot be captured"):
         with torch.musa.graph(g):
             f(x, x)
+
+
+# Issue 35, item 8: the compile cache was used even at mode 0777, where any local user could plant
+# `<hash>.so` before we dlopen it. Ours is narrowed to 0700; another's, or a link, is refused.
+@HOST_ONLY
+def test_the_compile_cache_is_private(tmp_path, monkeypatch):
+    import os
+    import stat
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = tmp_path / f"torch_musa_jiterator_{os.getuid()}"
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    f = J._create_jit_fn(f"template <typename T> T private_{os.getpid()}(T x) {{ return x + 1; }}")
+    assert f(torch.ones(2, device="musa")).tolist() == [2.0, 2.0]
+    assert stat.S_IMODE(os.lstat(folder).st_mode) == 0o700
+    libs = list(folder.glob("*.so"))
+    assert libs and all(p.stat().st_uid == os.getuid() and not p.stat().st_mode & 0o022 for p in libs)
+
+    def compile_in(tag):
+        g = J._create_jit_fn(f"template <typename T> T {tag}_{os.getpid()}(T x) {{ return x; }}")
+        return g(torch.ones(1, device="musa"))
+
+    folder.rename(tmp_path / "elsewhere")
+    folder.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(RuntimeError, match="is not a directory"):
+        compile_in("linked")
+    folder.unlink()
+    if os.getuid() == 0:  # only root can give a folder away
+        folder.mkdir(mode=0o700)
+        os.chown(folder, 65534, 65534)
+        with pytest.raises(RuntimeError, match="belongs to another user"):
+            compile_in("foreign")
+
+
+def test_a_planted_library_is_not_loaded(tmp_path):
+    import os
+    from torch_musa.core import jiterator as impl
+    lib = tmp_path / "x.so"
+    assert not impl._ours(str(lib))
+    lib.write_bytes(b"")
+    os.chmod(lib, 0o755)
+    assert impl._ours(str(lib))
+    os.chmod(lib, 0o777)  # writable by others: compiled again over it
+    assert not impl._ours(str(lib))
+    if os.getuid() == 0:
+        os.chmod(lib, 0o755)
+        os.chown(lib, 65534, 65534)
+        assert not impl._ours(str(lib))

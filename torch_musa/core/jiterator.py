@@ -23,6 +23,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -108,18 +109,42 @@ def _compiler() -> str:
                        "on PATH); none was found")
 
 
+def _private_folder() -> str:
+    """The compile cache, ``$TMPDIR/torch_musa_jiterator_<uid>``: libraries are loaded from
+    here, so it must be a directory (not a link) of this user's that no one else can write.
+    One of ours with a wider mode (created by hand, or by an older version) is narrowed to 0700;
+    anyone else's is refused."""
+    folder = os.path.join(tempfile.gettempdir(), f"torch_musa_jiterator_{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeError(f"jiterator: {folder} is not a directory (a link or a file); remove it")
+    if st.st_uid != os.getuid():
+        raise RuntimeError(f"jiterator: {folder} belongs to another user (uid {st.st_uid}); remove it")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(folder, 0o700)
+    return folder
+
+
+def _ours(path: str) -> bool:
+    """Whether ``path`` is a library this user compiled: a file of ours no one else can write.
+    Another's (planted while the folder was open to others) is compiled again over it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _load(source: str) -> Any:
     key = hashlib.sha256(source.encode()).hexdigest()[:32]
     with _lock:
         lib = _libs.get(key)
         if lib is not None:
             return lib
-        folder = os.path.join(tempfile.gettempdir(), f"torch_musa_jiterator_{os.getuid()}")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        if os.stat(folder).st_uid != os.getuid():  # libraries are loaded from here
-            raise RuntimeError(f"jiterator: {folder} belongs to another user; remove it")
+        folder = _private_folder()
         so = os.path.join(folder, f"{key}.so")
-        if not os.path.exists(so):
+        if not _ours(so):
             src = os.path.join(folder, f"{key}.{os.getpid()}.cpp")
             tmp = os.path.join(folder, f"{key}.{os.getpid()}.so")
             with open(src, "w") as f:
@@ -129,6 +154,7 @@ def _load(source: str) -> Any:
             os.unlink(src)
             if done.returncode != 0:
                 raise RuntimeError("jiterator: the code did not compile:\n" + done.stderr[-4000:])
+            os.chmod(tmp, 0o700)  # whatever the umask: no one else writes a library we load
             os.replace(tmp, so)  # atomic: concurrent processes see a whole library or none
         lib = ctypes.CDLL(so)
         lib.musa_jiterator_run.restype = None
