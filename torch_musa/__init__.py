@@ -31,6 +31,7 @@ from torch_musa.core import backends as _backends  # noqa: E402
 from torch_musa.core import dlpack as _dlpack  # noqa: E402
 from torch_musa.core import jit as _jit  # noqa: E402
 from torch_musa.core import printing as _printing  # noqa: E402
+from torch_musa.core import serialization as _serialization  # noqa: E402
 from torch_musa.ops import dtype_policy as _dtype_policy  # noqa: E402
 from torch_musa.ops import fallback_routes as _fallback_routes  # noqa: E402
 from torch_musa.ops import half_upcast as _half_upcast  # noqa: E402
@@ -69,6 +70,7 @@ _sync_batch_norm.install()  # SyncBatchNorm's CUDA-only kernels
 _registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
+_serialization.install()  # torch.load onto musa: storages of the saved size, not resizable (as the CPU's)
 _musa_module.comm.install()  # torch.nn.parallel (DataParallel) across musa devices
 _jit.install()  # torch.jit.trace's check compares without the profile's missing dtypes
 _backends.install()  # torch.backends.musa and torch.backends.mudnn
