@@ -22,7 +22,17 @@ Flash constraints: 4-D (batch, heads, seq, head_dim) inputs, float16 or
 bfloat16 (bfloat16 only where the profile has it), one dtype for q/k/v,
 equal head dims that are a multiple of 8 and at most 128 (160 on MUSA arch
 3.x), equal batch sizes, key/value heads equal to query heads (or dividing
-them with ``enable_gqa=True``), masks bool or of the query dtype.
+them with ``enable_gqa=True``), masks bool or of the query dtype; and on top,
+whatever PyTorch's own rule for the CPU device refuses for its flash kernel
+(:mod:`torch_musa.attention.cpu_rule`, asked of CPU stand-ins: a 3-D mask, a
+non-unit last-dim stride, ...), except dropout and a mask that requires grad,
+which musa's kernel has and the CPU's has not.
+
+float32/float64 on the math backend take the CPU's fused kernel
+(``_scaled_dot_product_flash_attention_for_cpu``) exactly where the CPU device's
+``_fused_sdp_choice`` answers FLASH for CPU stand-ins of the inputs, so musa gives
+the CPU's bits; the CPU's own checks (equal batch sizes among them: the CPU
+kernel reads out of bounds on broadcast batches) are never re-implemented here.
 """
 from __future__ import annotations
 
@@ -31,7 +41,7 @@ import math
 import torch
 from torch.nn.attention import SDPBackend
 
-from torch_musa.attention import flash
+from torch_musa.attention import cpu_rule, flash
 from torch_musa.attention.flash import flash_attention_backward, flash_attention_forward
 from torch_musa.config import CONFIG
 from torch_musa.core import backends
@@ -53,8 +63,30 @@ def max_flash_head_dim() -> int:
 
 
 def flash_constraint_failures(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                              scale=None, enable_gqa=False) -> list[str]:
-    """Why the flash kernel cannot run this case ([] when it can)."""
+                              scale=None, enable_gqa=False, *, ask_pytorch=True,
+                              explain=True) -> list[str]:
+    """Why the flash kernel cannot run this case ([] when it can).
+
+    musa's own constraints, then (``ask_pytorch``, when those pass) PyTorch's rule for
+    the CPU device's flash kernel, so that musa never takes a fused kernel for inputs
+    the CPU device refuses one (dropout and a mask's ``requires_grad`` are left out of
+    that question: musa's kernel has both). ``explain=False`` skips collecting the
+    CPU rule's reasons (one generic line instead), for callers that only test for [].
+    """
+    fails = _own_flash_failures(query, key, value, attn_mask, enable_gqa)
+    if fails or not ask_pytorch:
+        return fails
+    if explain:
+        return [f"PyTorch's CPU rule refuses a fused kernel here: {r}" for r in
+                cpu_rule.cpu_flash_refusals(query, key, value, attn_mask, 0.0, is_causal, scale,
+                                            enable_gqa, mask_grad=False)]
+    if not cpu_rule.cpu_flash_accepts(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
+                                      mask_grad=False):
+        return ["PyTorch's CPU rule refuses a fused kernel for these inputs"]
+    return []
+
+
+def _own_flash_failures(query, key, value, attn_mask, enable_gqa) -> list[str]:
     fails = []
     if any(t.is_nested for t in (query, key, value)):
         return ["nested tensors are not supported by musa flash attention"]
@@ -116,12 +148,14 @@ def select_backend(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
         if backend in (_FLASH, _OVERRIDEABLE) and flash_on:
             if fails is None:
                 fails = flash_constraint_failures(query, key, value, attn_mask, dropout_p, is_causal,
-                                                  scale, enable_gqa)
+                                                  scale, enable_gqa, explain=False)
             if not fails:
                 return _OVERRIDEABLE
         elif backend == _MATH and math_on:
             return _MATH
     if flash_on and fails:
+        fails = flash_constraint_failures(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                          enable_gqa)
         raise RuntimeError(
             "musa flash attention (the only enabled SDPA backend) cannot run this case: "
             + "; ".join(fails)
@@ -139,8 +173,8 @@ def _fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causa
 
 def _flash_forward_op(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
                       return_debug_mask=False, *, scale=None):
-    fails = flash_constraint_failures(query, key, value, attn_bias, dropout_p, is_causal, scale,
-                                      enable_gqa=True)
+    # The kernel's own limits (a direct call of the op chooses nothing).
+    fails = _own_flash_failures(query, key, value, attn_bias, enable_gqa=True)
     if fails:
         raise RuntimeError("musa flash attention: " + "; ".join(fails))
     bias = attn_bias
@@ -223,33 +257,23 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, 
                 "_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
         return torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
             query, key, value, mask, dropout_p, is_causal, False, scale=scale)[0]
-    if dropout_p == 0.0 and _host_flash_applies(query, key, value, mask, is_causal, enable_gqa):
+    if query.dtype in _HOST_FLASH_DTYPES and _host_flash_applies(
+            query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, dropout_p, is_causal, attn_mask=mask, scale=scale)[0]
     return torch.ops.aten._scaled_dot_product_attention_math(
         query, key, value, mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
 
 
-def _host_flash_applies(query, key, value, mask, is_causal, enable_gqa) -> bool:
-    """float32/float64 attention without dropout, flash allowed: the host driver's
-    kernels are the CPU's, so use the CPU's own fused (tiled, online-softmax)
-    kernel where the CPU device itself would (its ``use_flash_attention_cpp``
-    rule: float64 and grouped-query attention included), instead of the op-by-op
-    math path, so that musa and the CPU give the same bits."""
-    if not (torch._C._get_flash_sdp_enabled() and query.dtype in _HOST_FLASH_DTYPES
-            and query.dim() == 4 and key.dim() == 4 and value.dim() == 4):
-        return False
-    hq, hk = query.size(1), key.size(1)
-    heads_ok = hq == hk == value.size(1) or (
-        enable_gqa and hk == value.size(1) and hk > 0 and hq % hk == 0)
-    return (heads_ok
-            and query.size(-1) == key.size(-1) == value.size(-1)
-            and query.size(2) > 0 and key.size(2) > 0
-            and query.stride(-1) == key.stride(-1) == value.stride(-1) == 1
-            and not (mask is not None and is_causal)
-            # A mask that requires grad (T5's learned position bias) takes the math
-            # path, as on the CPU device: the CPU flash kernel has no mask gradient.
-            and (mask is None or (mask.dtype == query.dtype and not mask.requires_grad)))
+def _host_flash_applies(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> bool:
+    """float32/float64 attention on the math backend: the host driver's kernels are the
+    CPU's, so take the CPU's own fused (tiled, online-softmax) kernel exactly where the
+    CPU device itself would (float64, grouped-query attention and bool masks included;
+    dropout, a mask that requires grad (T5's learned position bias), broadcast batch
+    sizes, 3-D masks, ... excluded), and so give the CPU's bits. PyTorch's composite asks
+    its rule with the mask as given (a bool one not yet made additive): so does this."""
+    return cpu_rule.cpu_choice(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                               enable_gqa) == _FLASH
 
 
 _HOST_FLASH_DTYPES = (torch.float32, torch.float64)
