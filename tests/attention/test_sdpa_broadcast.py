@@ -219,7 +219,6 @@ def test_float_choice_is_the_cpus(dtype):
             assert torch.equal(out.detach().cpu(), cpu_out.detach())
 
 
-@HOST
 def test_mask_requiring_grad_and_noncontiguous_last_dim_take_math_as_on_the_cpu():
     q, k, v = (torch.randn(2, 2, n, 16) for n in (5, 7, 7))
     mask = torch.randn(1, 2, 5, 7, requires_grad=True)
@@ -239,6 +238,10 @@ def test_mask_and_causal_as_the_cpu():
     kernel accepts both); musa does the same, with the same bits."""
     q, k, v = _qkv(2, 2, torch.float32, lq=5, lk=7, d=16)
     m = torch.randn(5, 7)
+    assert int(torch._fused_sdp_choice(q, k, v, m, 0.0, True)) == FLASH
+    out = F.scaled_dot_product_attention(*(t.to(DEV).requires_grad_() for t in (q, k, v)),
+                                         attn_mask=m.to(DEV), is_causal=True)
+    assert "FlashAttentionForCpu" in type(out.grad_fn).__name__
     _compare(q, k, v, m, is_causal=True)
 
 

@@ -10,7 +10,8 @@ does not require grad, and the dtype). Rather than re-implement that list,
 these helpers ask ``aten::_fused_sdp_choice`` of CPU stand-ins of the inputs:
 
 * a real musa tensor stands in by its zero-copy CPU alias
-  (``torch_musa._C._kernel_alias``: same bytes, sizes, strides, dtype);
+  (``torch_musa._C._kernel_alias``: same bytes, sizes, strides, dtype; under the
+  cuda driver, whose alias is a CUDA tensor, as anything else below);
 * anything else (fake/functional tensors while ``torch.compile`` traces,
   subclasses) by an uninitialised CPU tensor of the same sizes, strides and dtype
   (symbolic sizes by their hints), built with the tracing modes set aside so that
@@ -53,10 +54,11 @@ def _hint(n) -> int:
 
 
 _kernel_alias = None  # torch_musa._C._kernel_alias, bound on first use (import order)
+_ALIAS_IS_CPU = None  # whether that alias is a CPU tensor (host driver; cuda's is a CUDA one)
 
 
 def _stand_in(t, requires_grad: bool):
-    global _kernel_alias
+    global _kernel_alias, _ALIAS_IS_CPU
     if t is None:
         return None
     if requires_grad and t.requires_grad and t.is_floating_point():
@@ -67,11 +69,13 @@ def _stand_in(t, requires_grad: bool):
         return torch.empty_strided(size, stride, dtype=t.dtype, device="cpu").requires_grad_()
     if type(t) is torch.Tensor and t.is_cpu:
         return t.detach()
-    if type(t) is torch.Tensor and t.device.type == "musa" and not torch._C._len_torch_dispatch_stack():
-        if _kernel_alias is None:
-            from torch_musa import _C
+    if _ALIAS_IS_CPU is None:
+        from torch_musa import _C
+        from torch_musa.config import CONFIG
 
-            _kernel_alias = _C._kernel_alias
+        _kernel_alias, _ALIAS_IS_CPU = _C._kernel_alias, CONFIG.driver != "cuda"
+    if (_ALIAS_IS_CPU and type(t) is torch.Tensor and t.device.type == "musa"
+            and not torch._C._len_torch_dispatch_stack()):
         return _kernel_alias(t)
     size = [_hint(n) for n in t.size()]
     stride = [_hint(n) for n in t.stride()]
