@@ -22,7 +22,8 @@ GOOD = textwrap.dedent("""\
           - {tags: [short], cross: {M: [2, 4], N: [8]}}
           - {tags: [long], list: [{M: 64, N: 64}], dtypes: [float32]}
       - name: rms
-        expr: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        expr: bench.rms_norm
+        args: [$x, null, $eps]
         params: {eps: 1.0e-6}
         inputs:
           - {name: x, shape: [M, N]}

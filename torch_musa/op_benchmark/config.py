@@ -6,13 +6,13 @@ A suite file holds one suite::
     description: free text
     cases:
       - name: softmax              # unique inside the suite
-        op: torch.softmax          # a dotted callable (torch., F., Tensor., torch.ops.aten...)
-        # or  expr: "x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w"
+        op: torch.softmax          # a dotted callable (torch., F., nn., Tensor., aten., bench.)
+        # or  expr: bench.rms_norm  (expr names a callable too; nothing is evaluated as Python)
         inputs:                    # tensors, generated on the CPU from a fixed seed
           - {name: x, shape: [M, N]}             # dims: ints, parameter names or expressions
           - {name: i, shape: [K], dtype: int64, high: N}   # init: randn|rand|randint|ones|zeros|positive|bool
-        args: [$x, -1]             # optional; default: the inputs in order. "$expr" is evaluated
-        kwargs: {dim: -1}          #   over the inputs and parameters (and torch, F, dtype, device)
+        args: [$x, -1]             # optional; default: the inputs in order. "$formula" is a
+        kwargs: {dim: -1}          #   formula over the inputs and parameters (and dtype, device)
         dtypes: [float32, float16] # the case dtype; inputs without a dtype take it
         backward: true             # also time forward+backward (float inputs get requires_grad)
         flops: 5*M*N               # formulas over parameters, plus elem (bytes per element)
@@ -27,19 +27,24 @@ More keys: per case ``flops_bwd``/``bytes_bwd`` (added for forward+backward), ``
 (may only loosen the dtype's tolerances); per input ``init`` (also arange, perm), ``low``/
 ``high``, ``scale``, ``grad: false`` (no gradient), ``contiguous: false`` (column-major).
 Every error names the file and line it comes from.
+
+Suite files are data (``formulas``): formulas are arithmetic over the names a
+suite declares, and ``op``/``expr`` name a callable on an allowlisted root
+(``bench.`` is ``composites``, for compositions of ops); nothing in a suite is
+evaluated as Python.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import itertools
-import math
 import os
 from typing import Any
 
 import yaml
 
 import torch
+
+from torch_musa.op_benchmark import formulas
 
 SUITE_DIR = os.path.join(os.path.dirname(__file__), "suites")
 
@@ -199,9 +204,16 @@ class Suite:
 # ---------------------------------------------------------------- parsing
 def _check_expr(path, line, text, what):
     try:
-        ast.parse(str(text), mode="eval")
-    except SyntaxError as e:
-        raise SuiteError(path, line, f"{what}: invalid expression {text!r} ({e.msg})") from None
+        formulas.parse(str(text))
+    except formulas.FormulaError as e:
+        raise SuiteError(path, line, f"{what}: {e}") from None
+
+
+def _check_callable(path, line, text, what):
+    try:
+        return formulas.check_callable_name(text)
+    except formulas.FormulaError as e:
+        raise SuiteError(path, line, f"{what}: {e}") from None
 
 
 def _walk_dollar(path, line, value, what):
@@ -331,10 +343,8 @@ def _parse_case(path, suite_name, raw) -> CaseSpec:
     _check_keys(path, raw, CASE_KEYS, f"case {name!r}: unknown key")
     if ("op" in raw) == ("expr" in raw):
         raise SuiteError(path, line, f"case {name!r}: needs exactly one of 'op' or 'expr'")
-    if "expr" in raw:
-        _check_expr(path, _line(raw, "expr"), raw["expr"], f"case {name!r} expr")
-    elif not isinstance(raw["op"], str):
-        raise SuiteError(path, _line(raw, "op"), f"case {name!r}: 'op' must be a dotted name")
+    key = "op" if "op" in raw else "expr"  # expr: names a callable, as op: does
+    op = _check_callable(path, _line(raw, key), raw[key], f"case {name!r} {key}")
     raw_inputs = raw.get("inputs", [])
     if not isinstance(raw_inputs, list):
         raise SuiteError(path, _line(raw, "inputs"), f"case {name!r}: 'inputs' must be a list")
@@ -366,7 +376,7 @@ def _parse_case(path, suite_name, raw) -> CaseSpec:
     configs = _parse_configs(path, raw.get("configs"), name, line)
     _check_names(path, raw, name, inputs, params, configs, line)
     return CaseSpec(
-        suite=suite_name, name=name, op=raw.get("op"), expr=raw.get("expr"), inputs=inputs,
+        suite=suite_name, name=name, op=op, expr=None, inputs=inputs,
         args=args, kwargs=dict(kwargs), dtypes=[str(d) for d in dtypes],
         backward=bool(raw.get("backward", False)), flops=_opt_str(raw.get("flops")),
         bytes=_opt_str(raw.get("bytes")), flops_bwd=_opt_str(raw.get("flops_bwd")),
@@ -376,12 +386,12 @@ def _parse_case(path, suite_name, raw) -> CaseSpec:
 
 
 def _names_in(text) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(str(text), mode="eval")) if isinstance(n, ast.Name)}
+    return formulas.names(str(text))
 
 
 def _check_names(path, raw, case_name, inputs, params, configs, line):
     """Every name a shape, bound or formula uses must be a parameter of every config."""
-    known_extra = set(SAFE_NAMES) | {"elem", "dtype", "True", "False", "None"}
+    known_extra = {"elem", "dtype", "device"}
     uses = []   # (names, line, what)
     for spec, raw_in in zip(inputs, raw.get("inputs", [])):
         for d in spec.shape:
@@ -475,13 +485,9 @@ def load_suites(paths: list[str] | None = None) -> list[Suite]:
 
 
 # ---------------------------------------------------------------- expansion
-SAFE_NAMES = {"math": math, "min": min, "max": max, "abs": abs, "int": int, "float": float,
-              "round": round, "len": len, "sum": sum, "prod": math.prod, "tuple": tuple,
-              "list": list, "range": range}
-
-
 def eval_expr(text, env: dict):
-    return eval(compile(str(text), "<suite-expr>", "eval"), {"__builtins__": SAFE_NAMES}, env)
+    """A suite formula's value over ``env`` (formulas.evaluate: arithmetic, never Python)."""
+    return formulas.evaluate(text, env)
 
 
 def expand(suites: list[Suite], tags: list[str] | None = None, operators: list[str] | None = None,

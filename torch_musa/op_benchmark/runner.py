@@ -8,11 +8,11 @@ import traceback
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from torch_musa.testing.tolerances import tolerance
 
 from .config import DTYPES, Test, eval_expr
+from .formulas import resolve_callable
 from . import timing
 
 
@@ -35,30 +35,10 @@ class Settings:
 
 # ---------------------------------------------------------------- resolving ops
 def resolve_op(name: str):
-    """A dotted name: torch.x, F.x, Tensor.x, torch.ops.aten.x.overload, or module.path.x."""
-    parts = name.split(".")
-    roots = {"torch": torch, "F": F, "Tensor": torch.Tensor, "aten": torch.ops.aten,
-             "nn": torch.nn}
-    if parts[0] in roots:
-        obj = roots[parts[0]]
-        rest = parts[1:]
-    else:
-        import importlib
-        obj, rest = None, []
-        for k in range(len(parts) - 1, 0, -1):
-            try:
-                obj = importlib.import_module(".".join(parts[:k]))
-                rest = parts[k:]
-                break
-            except ImportError:
-                continue
-        if obj is None:
-            raise ValueError(f"cannot resolve op {name!r}")
-    for p in rest:
-        obj = getattr(obj, p)
-    if not callable(obj):
-        raise ValueError(f"op {name!r} is not callable")
-    return obj
+    """A dotted name on an allowlisted root: torch.x, F.x, nn.x, Tensor.x, aten.x.overload,
+    bench.x (the composites), looked up through torch's operator namespaces only
+    (formulas.resolve_callable); ValueError otherwise."""
+    return resolve_callable(name)
 
 
 def _env(test: Test) -> dict:
@@ -140,15 +120,7 @@ def _resolve_args(value, env):
 def build_call(test: Test, tensors: dict[str, torch.Tensor], device: torch.device):
     """(fn, args, kwargs) so that fn(*args, **kwargs) runs the case."""
     case = test.case
-    env = {**_env(test), **tensors, "torch": torch, "F": F, "device": device}
-    if case.expr is not None:
-        code = compile(case.expr, f"<{case.full_name}>", "eval")
-        names = list(tensors)
-        consts = {k: v for k, v in env.items() if k not in tensors}
-
-        def fn(*ts):
-            return eval(code, {"__builtins__": {}, **consts, **dict(zip(names, ts))})
-        return fn, list(tensors.values()), {}
+    env = {**_env(test), **tensors, "device": device}
     op = resolve_op(case.op)
     args = _resolve_args(case.args, env) if case.args is not None else list(tensors.values())
     kwargs = _resolve_args(case.kwargs, env)
