@@ -209,3 +209,49 @@ def test_op_debug_dir_that_cannot_be_a_directory(subpython, tmp_path, where, why
     with pytest.raises(ValueError, match="TORCH_MUSA_OP_DEBUG_DIR"):
         runtime.load({"TORCH_MUSA_OP_DEBUG": "1", "TORCH_MUSA_OP_DEBUG_DIR": directory})
     assert runtime.load({"TORCH_MUSA_OP_DEBUG_DIR": directory}).op_debug_level == 0  # unused: not checked
+
+
+# Issue 35, item 18: a bad variable failed every `import torch` in that environment ("Failed to
+# load the backend extension"), CPU-only scripts included, through torch's autoload. It is a
+# warning naming the variable; musa reports the error when used; `import torch_musa` raises it.
+AUTOLOAD_USE = """
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import torch
+    print("warned:", any("{name}" in str(w.message) for w in caught))
+    print("cpu:", float(torch.ones(3).sum()), torch.musa.is_available(), torch.musa.device_count())
+    for use in (lambda: torch.zeros(1, device="musa"), lambda: torch.ones(1).to("musa"),
+                lambda: torch.musa.synchronize(), lambda: __import__("torch_musa")):
+        try:
+            use()
+            print("no error")
+        except ValueError as e:
+            print("raised:", str(e).startswith("{name}="))
+"""
+
+
+@pytest.mark.parametrize("env,name", [
+    ({"TORCH_MUSA_FALLBACK": "loud"}, "TORCH_MUSA_FALLBACK"),
+    ({"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:8796093022208"}, "PYTORCH_MUSA_ALLOC_CONF"),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:8796093022208", "TORCH_MUSA_CUDA_COMPAT": "1"},
+     "PYTORCH_CUDA_ALLOC_CONF"),
+])
+def test_a_bad_value_does_not_fail_import_torch(subpython, env, name):
+    r = subpython(AUTOLOAD_USE.replace("{name}", name), {**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split("\n")[:-1] == ["warned: True", "cpu: 3.0 False 0"] + ["raised: True"] * 4, \
+        r.stdout + r.stderr[-2000:]
+
+
+def test_musa_loads_once_the_environment_is_fixed(subpython):
+    r = subpython("""
+        import os, warnings
+        warnings.simplefilter("ignore")
+        import torch
+        assert not torch.musa.is_available()
+        del os.environ["TORCH_MUSA_FALLBACK"]
+        import torch_musa
+        print(torch.musa.is_available(), (torch.ones(2, device="musa") + 1).tolist())
+    """, {"TORCH_MUSA_FALLBACK": "loud", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    assert r.returncode == 0 and r.stdout.split() == ["True", "[2.0,", "2.0]"], r.stderr[-3000:]

@@ -1,0 +1,92 @@
+"""The package's body: registers the musa device (``import torch_musa`` runs it once the
+configuration has been read; see ``torch_musa/__init__.py``)."""
+import torch
+
+from torch_musa.config import CONFIG as _CONFIG
+from torch_musa import _C, _runtime
+
+_runtime.configure()
+_C._register_device()
+torch.utils.rename_privateuse1_backend("musa")
+
+from torch_musa import core as _musa_module
+from torch_musa.core import backends as _backends
+from torch_musa.core import dlpack as _dlpack
+from torch_musa.core import jit as _jit
+from torch_musa.core import printing as _printing
+from torch_musa.core import serialization as _serialization
+from torch_musa.ops import dtype_policy as _dtype_policy
+from torch_musa.ops import fallback_routes as _fallback_routes
+from torch_musa.ops import half_upcast as _half_upcast
+from torch_musa.ops import int_histc as _int_histc
+from torch_musa.ops import registry as _registry
+from torch_musa.ops import rnn_cells as _rnn_cells
+from torch_musa.ops import sync_batch_norm as _sync_batch_norm
+from torch_musa.ops import rnn_layers as _rnn_layers
+from torch_musa.ops import cpu_only_checks as _cpu_only_checks
+
+torch._register_device_module("musa", _musa_module)
+
+
+def _musa_extension_name(name: str):
+    def load():
+        import torch_musa.utils.musa_extension as ext  # noqa: PLC0415  (setuptools: ~0.4 s)
+
+        return getattr(ext, name)
+
+    return load
+
+
+_musa_module._provided.update({n: _musa_extension_name(n) for n in ("BuildExtension", "MUSAExtension")})
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+_C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
+_fallback_routes.install()
+_registry.register_customized()
+_rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
+_rnn_layers.install()  # tanh/ReLU RNN layers in the CPU's op order (host driver)
+_cpu_only_checks.install()  # argument checks PyTorch's composites make only on the CPU
+_half_upcast.install()  # float16/bfloat16 where the CPU's kernels lack them, in float32
+_int_histc.install()  # integer histc, which CUDA has and the CPU lacks
+_sync_batch_norm.install()  # SyncBatchNorm's CUDA-only kernels
+_registry.configure()  # fallback policy, double cast, op debug log
+_printing.install()
+_dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
+_serialization.install()  # torch.load onto musa: storages of the saved size, not resizable (as the CPU's)
+_musa_module.comm.install()  # torch.nn.parallel (DataParallel) across musa devices
+_jit.install()  # torch.jit.trace's check compares without the profile's missing dtypes
+_backends.install()  # torch.backends.musa and torch.backends.mudnn
+
+from torch_musa import amp as _amp
+from torch_musa import attention as _attention
+
+_amp.register()  # AutocastPrivateUse1 kernels, GradScaler without float64, torch.musa.amp
+if _CONFIG.driver == "host":
+    _attention.register()  # SDPA backend choice and the flash kernels
+else:
+    from torch_musa.attention import gpu as _attention_gpu
+
+    _attention_gpu.register()  # the GPU's flash / memory-efficient / cuDNN kernels
+
+from torch_musa import distributed as _distributed
+
+_distributed.register()  # the mccl backend
+
+from torch_musa import _inductor
+
+_inductor.install()  # torch.compile's Inductor backend, registered when dynamo/Inductor load
+
+try:  # profiler activity alias, as torch_musa spells it
+    torch.profiler.ProfilerActivity.MUSA = torch.profiler.ProfilerActivity.PrivateUse1
+except (AttributeError, TypeError):
+    pass
+
+
+if _CONFIG.cuda_compat:
+    # Only under the switch: a plain `import torch_musa.cuda_compat` later must
+    # still find the module unloaded, since importing it is what enables it.
+    from torch_musa import cuda_compat as _cuda_compat
+
+    _cuda_compat.maybe_enable_from_env()
+
