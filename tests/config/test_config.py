@@ -175,6 +175,9 @@ def test_max_split_size_mb_beyond_int64_is_a_configuration_error(subpython, valu
         assert "max_split_size_mb:N (an integer from 2 to 8796093022207)" in last, last
     largest = runtime.load({"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:8796093022207"})
     assert largest.allocator.max_split_size_bytes == 8796093022207 << 20 <= (1 << 63) - 1
+    for divisions in (f"{1 << 64}", f"[256:{1 << 64}]"):  # a size_t of the binding, too
+        with pytest.raises(ValueError, match="N a power of two up to 2\\^62"):
+            runtime.load({"PYTORCH_MUSA_ALLOC_CONF": f"roundup_power2_divisions:{divisions}"})
 
 
 def test_largest_max_split_size_mb_allocates(subpython):
