@@ -99,8 +99,12 @@ def test_mode_owner_and_inode_are_kept_and_read_only_files_listed(tmp_path):
     st = os.stat(ex)
     b = before["tool.py"]
     assert (st.st_mode, st.st_uid, st.st_gid, st.st_ino) == (b.st_mode, b.st_uid, b.st_gid, b.st_ino)
+    # k.cu has one link: a new file, written beside it, replaced it (same mode
+    # and owner, a new inode); tool.py has two links and was rewritten in place.
     mu = os.stat(tmp_path / "k.mu")
-    assert (mu.st_mode, mu.st_ino) == (before["k.cu"].st_mode, before["k.cu"].st_ino)
+    assert (mu.st_mode, mu.st_uid, mu.st_gid) == (before["k.cu"].st_mode, before["k.cu"].st_uid,
+                                                  before["k.cu"].st_gid)
+    assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" in p.name) == []
     assert ro.read_text() == "x = t.cuda()\n" and os.stat(ro).st_mode == before["ro.py"].st_mode
     data = json.loads(report.read_text())
     assert data["read_only"] == ["ro.py"] and data["summary"]["read-only"] == 1

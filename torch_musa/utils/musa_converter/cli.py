@@ -10,13 +10,22 @@ Safety policy
 * ``-o/--output_path DIR`` converts a copy of the tree into DIR and leaves the
   source untouched (no backup needed).
 * Files keep their bytes outside the rewrites (line endings, encoding, BOM,
-  final newline), their inode, mode and owner (written in place); read-only
-  files are left alone and listed.
+  final newline), their mode and owner; read-only files are left alone and
+  listed. A file is never half-written: the new text goes to a temporary
+  file beside it that then replaces it (a file with several hard links is
+  rewritten in place, its growth written first); a full disk or the
+  file-size limit leaves the file intact and reported as failed.
+* Backups never go through a link (exclusive create, O_NOFOLLOW); a backup
+  folder that is a link, or resolves outside the root without --backup-dir,
+  is refused. A file edited while it was converted is left as it is and
+  reported. FIFOs and other non-regular files are skipped. A root given as
+  a symlink is converted at its target (said in the report).
 * SIGINT/SIGTERM stop the run after the files being written; the report (and
   ``--report``) says what was done; workers end with the command.
 * A second run changes nothing. Files that do not parse, are binary or not
   UTF-8, or are links out of the root are skipped and reported; the exit code
-  is 1 if any file failed, 0 otherwise (2 for bad arguments).
+  is 1 if any file failed, 0 otherwise (2 for bad arguments, an unusable
+  --report path or backup folder: then nothing is converted).
 """
 from __future__ import annotations
 
@@ -112,6 +121,14 @@ def print_report(res: engine.RunResult, quiet: bool = False, out=None, limit: in
         if len(data["read_only"]) > limit:
             print(f"  ... {len(data['read_only']) - limit} more (see --report)", file=out)
         print(file=out)
+    for note in res.notes:
+        print(f"musa-converter: {note}", file=out)
+    skipped = [f for f in res.files if f.status == "skipped" and f.reason.startswith("not a regular file")]
+    if skipped:
+        print("Not regular files (FIFOs, sockets, devices), skipped:", file=out)
+        for f in skipped[:limit]:
+            print(f"  {f.path}: {f.reason}", file=out)
+        print(file=out)
     verb = "would change" if res.dry_run else "changed"
     print(f"musa-converter (table {data['table_version']}): {s['files']} files, {s['lines']} lines, "
           f"{verb} {s['converted']}, unchanged {s['unchanged']}, skipped {s['skipped']}, "
@@ -122,6 +139,23 @@ def print_report(res: engine.RunResult, quiet: bool = False, out=None, limit: in
     if res.interrupted:
         print(f"musa-converter: INTERRUPTED by {res.interrupted}: the files above were done, "
               f"{res.not_done} were not converted (run again to finish)", file=out)
+
+
+def _report_problem(path: str) -> str:
+    """Why the report file cannot be written ("" if it can): its folder must
+    exist and be writable, and the file, if there, a writable regular file."""
+    full = os.path.abspath(path)
+    folder = os.path.dirname(full)
+    if not os.path.isdir(folder):
+        return f"folder {os.path.dirname(path) or '.'} does not exist"
+    if os.path.lexists(full):
+        if os.path.isdir(full):
+            return "is a folder"
+        if not os.access(full, os.W_OK):
+            return "not writable"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        return f"folder {os.path.dirname(path) or '.'} is not writable"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,20 +211,34 @@ def _main(argv: list[str] | None = None) -> int:
         launch = [os.path.join(out, os.path.relpath(engine._resolve_user_path(p, src_dir), src_dir))
                   for p in launch]
         root, excluded, backup = new_root, [], False
+    if args.report:    # checked before anything is converted
+        why = _report_problem(args.report)
+        if why:
+            print(f"musa-converter: --report {args.report}: {why}", file=sys.stderr)
+            return 2
     opts = engine.Options(
         root=root, launch_paths=tuple(launch), excluded=tuple(excluded), dry_run=args.dry_run,
         backup=backup, backup_dir=args.backup_dir, jobs=args.jobs,
         progress=False if args.no_progress else None,
         python=not args.c_only, c=not args.python_only)
-    res = engine.run(opts)
+    try:
+        res = engine.run(opts)
+    except engine.SetupError as e:
+        print(f"musa-converter: {e} (nothing was converted)", file=sys.stderr)
+        return 2
     if args.dry_run and not args.quiet:
         for f in res.files:
             if f.diff:
                 sys.stdout.write(f.diff if f.diff.endswith("\n") else f.diff + "\n")
     print_report(res, quiet=args.quiet)
     if args.report:
-        with open(args.report, "w", encoding="utf-8") as fh:
-            json.dump(res.to_json(), fh, indent=2)
+        try:
+            with open(args.report, "w", encoding="utf-8") as fh:
+                json.dump(res.to_json(), fh, indent=2)
+        except OSError as e:   # checked at the start; the folder changed since
+            print(f"musa-converter: cannot write the report {args.report}: {e.strerror}",
+                  file=sys.stderr)
+            return 1
     for f in res.failed:
         print(f"musa-converter: skipped {f.path}: {f.reason}", file=sys.stderr)
     if res.interrupted:

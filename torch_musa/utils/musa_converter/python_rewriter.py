@@ -24,6 +24,7 @@ import gc
 import io
 import itertools
 import functools
+import keyword
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -246,7 +247,7 @@ class _Rewriter(cst.CSTTransformer):
 _FRAGMENT = re.compile(r"\.?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\((?:[^()\n]|\([^()\n]*\))*\))?")
 
 
-def comment_text(t: Table, text: str, counts: Counter) -> str:
+def comment_text(t: Table, text: str, counts: Counter, hit: bool = False) -> str:
     """A comment (``# ...``) rewritten like code, never half-way.
 
     If the text after ``#`` is Python (``# storage.cuda(torch.cuda.current_device())``),
@@ -254,12 +255,13 @@ def comment_text(t: Table, text: str, counts: Counter) -> str:
     fragment in the prose (a dotted name, maybe called: ``x.cuda(0)``,
     ``torch.cuda.synchronize()``) is converted as code, and environment
     variable names (``CUDA_VISIBLE_DEVICES``) are renamed; plain words such
-    as "cuda" or "CUDA" stay."""
-    if not t.find_hits(text):
+    as "cuda" or "CUDA" stay. ``hit``: the caller knows that ``text`` has a
+    trigger word."""
+    if not hit and not t.find_hits(text):
         return text
     body = text[1:]
     code = body.strip()
-    if code:
+    if code and not _surely_prose(code):
         try:
             ast.parse(code)
         except (SyntaxError, ValueError):
@@ -269,27 +271,71 @@ def comment_text(t: Table, text: str, counts: Counter) -> str:
             i = body.index(code)
             return "#" + body[:i] + new + body[i + len(code):]
 
+    cache = t.__dict__.setdefault("_comment_fragment_cache", {})
+
     def sub(m):
         frag = m.group(0)
-        if frag in t.env:
-            counts["py.comment:env:" + frag] += 1
-            return t.env[frag]
-        if not t.find_hits(frag):
-            return frag
-        lead = frag.startswith(".")
-        try:
-            new = _comment_code(t, "_" + frag if lead else frag, counts)
-        except SyntaxError:
-            return frag
-        return new[1:] if lead else new
+        hit = cache.get(frag)
+        if hit is None:
+            hit = _fragment(t, frag)
+            if len(cache) >= 4096:
+                cache.clear()
+            cache[frag] = hit
+        for k, v in hit[1]:
+            counts[k] += v
+        return hit[0]
     return _FRAGMENT.sub(sub, text)
 
 
+# Two names side by side (`cuda tensor`), neither a keyword: never Python.
+_NAME_PAIR = re.compile(r"(?<!\w)([A-Za-z_]\w*)[ \t]+(?=([A-Za-z_]\w*)(?!\w))")
+_KEYWORDS = frozenset(keyword.kwlist) | frozenset(getattr(keyword, "softkwlist", ())) | {
+    "match", "case", "type", "_"}
+
+
+def _surely_prose(code: str) -> bool:
+    """True only if ``code`` cannot parse as Python: two names side by side,
+    neither a (soft) keyword, with no string, comment or backslash around
+    that could hide them. Saves an ``ast.parse`` (and its SyntaxError) for
+    most prose comments; anything else is left to ``ast.parse``."""
+    if not code.isascii() or any(c in code for c in "'\"#\\"):
+        return False
+    for m in _NAME_PAIR.finditer(code):
+        if m.group(1) not in _KEYWORDS and m.group(2) not in _KEYWORDS:
+            return True
+    return False
+
+
+def _fragment(t: Table, frag: str) -> tuple[str, tuple]:
+    """A code fragment of a prose comment rewritten: (text, count items)."""
+    if frag in t.env:
+        return t.env[frag], (("py.comment:env:" + frag, 1),)
+    if not t.find_hits(frag):
+        return frag, ()
+    lead = frag.startswith(".")
+    counts: Counter = Counter()
+    try:
+        new = _comment_code(t, "_" + frag if lead else frag, counts)
+    except SyntaxError:
+        return frag, ()
+    return (new[1:] if lead else new), tuple(counts.items())
+
+
 def _comment_code(t: Table, code: str, counts: Counter) -> str:
-    r = _convert_source(code + "\n", t, False, "<comment>")
-    for k, v in r.counts.items():
-        counts["py.comment:" + k.removeprefix("py.")] += v
-    return r.source[:-1]
+    # Comments repeat the same fragments (`cuda`, `x.cuda()`) thousands of
+    # times in a big file: each costs a parse, so results are kept per table.
+    cache = t.__dict__.setdefault("_comment_code_cache", {})
+    hit = cache.get(code)
+    if hit is None:
+        r = _convert_source(code + "\n", t, False, "<comment>")
+        hit = (r.source[:-1], tuple(("py.comment:" + k.removeprefix("py."), v)
+                                    for k, v in r.counts.items()))
+        if len(cache) >= 4096:
+            cache.clear()
+        cache[code] = hit
+    for k, v in hit[1]:
+        counts[k] += v
+    return hit[0]
 
 
 # --------------------------------------------------------------------------
@@ -323,6 +369,7 @@ class _Locator:
         self._starts: dict[int, list[int]] = {}
         self._strings: dict[int, list] = {}
         self._kids: dict[int, tuple] = {}
+        self._paths: dict[int, list] = {}
 
     def _find(self, body: list[ast.stmt], line: int):
         key = id(body)
@@ -338,6 +385,12 @@ class _Locator:
 
     def path(self, line: int) -> list[tuple[list[ast.stmt], int, ast.stmt]]:
         """Statements enclosing ``line``, outermost first (body, index, node)."""
+        out = self._paths.get(line)          # chunk() and then the caller ask for it
+        if out is None:
+            out = self._paths[line] = self._path(line)
+        return out
+
+    def _path(self, line: int) -> list[tuple[list[ast.stmt], int, ast.stmt]]:
         out = []
         bodies = [self.tree.body]
         while bodies:
@@ -491,18 +544,75 @@ def _walk(root):
     nodes, which no check looks at; about twice as fast."""
     todo = collections.deque([root])
     AST = ast.AST
+    pop, extend, append = todo.popleft, todo.extend, todo.append
+    fields = _FIELDS
     while todo:
-        node = todo.popleft()
-        for f in node._fields:
+        node = pop()
+        fs = fields.get(type(node))
+        if fs is None:
+            fs = fields[type(node)] = tuple(f for f in node._fields if f != "ctx")
+        for f in fs:
             v = getattr(node, f, None)
             if type(v) is list:
-                todo.extend(c for c in v if isinstance(c, AST))
-            elif isinstance(v, AST) and f != "ctx":
-                todo.append(v)
+                extend(c for c in v if isinstance(c, AST))
+            elif isinstance(v, AST):
+                append(v)
         yield node
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}   # an ast node type's fields, without ctx
+# The node types _review looks at (any other node is only walked through).
+_REVIEWED = (ast.Call, ast.Compare, ast.Attribute, ast.Import, ast.ImportFrom, ast.If,
+             ast.IfExp, ast.Constant, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+_REVIEW_KINDS = frozenset({"compare", "attribute", "if-test", "call", "import", "string", "none"})
+
+
+def _review_needles(t: Table):
+    """For _nothing_to_review: a regex that every statement in which a
+    review check can fire matches (None when the table has a check kind this
+    does not know). A call or attribute check needs all the names of a key,
+    or of the name a dotted rule turns into it (``torch.cuda.graph`` for
+    ``torch.musa.graph``); one of them, the least common, is in the regex.
+    Strings and comparisons need a quote, imports ``import``, if-tests ``if``."""
+    cache = t.__dict__.get("_review_needles", 0)
+    if cache == 0:
+        if not {i.kind for i in t.review} <= _REVIEW_KINDS:
+            cache = None
+        else:
+            keys = {t.apply_dotted(n) for i in t.review if i.kind in ("call", "attribute")
+                    for n in i.detect["names"]}
+            needs = set()
+            for k in keys:
+                needs.add(tuple(k.split(".")))
+                for src, dst in t.dotted.items():
+                    if k == dst or k.startswith(dst + "."):
+                        needs.add(tuple((src + k[len(dst):]).split(".")))
+            common = {"torch", "cuda", "musa"}
+            anchors = {max(n, key=lambda c: (c not in common, len(c))) for n in needs}
+            words = sorted(anchors | {"'", '"', "import", "if"}, key=lambda w: (-len(w), w))
+            cache = re.compile("|".join(map(re.escape, words)))
+        t.__dict__["_review_needles"] = cache
+    return cache
+
+
+def _nothing_to_review(node, lines: list[str], needles) -> bool:
+    """True only if no review check can fire in ``node``: its text (ASCII,
+    as identifiers are not NFKC-folded then) does not match _review_needles.
+    Saves the walk over most rewritten statements."""
+    if needles is None or getattr(node, "lineno", None) is None:
+        return False
+    start, end = _span(node)
+    text = lines[start - 1] if start == end else "".join(lines[start - 1:end])
+    return text.isascii() and needles.search(text) is None
+
+
 def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
+    needles = _review_needles(t)
+    nodes = [n for n in nodes if not _nothing_to_review(n, lines, needles)]
+    if not nodes:
+        return
     norm = functools.lru_cache(maxsize=4096)(t.apply_dotted)
     items = t.review
     compares = [i for i in items if i.kind == "compare"]
@@ -520,19 +630,52 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
                         "text": lines[node.lineno - 1].strip()[:160]})
 
     exempt: set[int] = set()
+    reviewed = frozenset(_REVIEWED)
+    Call, Attribute, Compare, Constant = ast.Call, ast.Attribute, ast.Compare, ast.Constant
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    t_calls, t_decorators = t.calls, t.decorators
+    # The walk of _walk, inlined (breadth first, the same order): this loop
+    # runs for every node of every rewritten statement.
+    AST, fields = ast.AST, _FIELDS
+    todo: collections.deque = collections.deque()
+    pop, extend, append = todo.popleft, todo.extend, todo.append
     for root in nodes:
-        for node in _walk(root):
-            if id(node) in exempt:
+        append(root)
+        while todo:
+            node = pop()
+            tp = type(node)
+            fs = fields.get(tp)
+            if fs is None:
+                fs = fields[tp] = tuple(f for f in node._fields if f != "ctx")
+            for f in fs:
+                v = getattr(node, f, None)
+                if type(v) is list:
+                    extend(c for c in v if isinstance(c, AST))
+                elif isinstance(v, AST):
+                    append(v)
+            if tp not in reviewed or id(node) in exempt:
                 continue
-            if isinstance(node, ast.Call):
-                n = _ast_dotted(node.func)
-                if n is not None and norm(n) in t.calls:
-                    exempt.update(id(x) for x in ast.walk(node.func))
-            for d in getattr(node, "decorator_list", ()):
-                n = _ast_dotted(d)
-                if n is not None and norm(n) in t.decorators:
-                    exempt.update(id(x) for x in ast.walk(d))
-            if isinstance(node, ast.Compare):
+            if tp is Call:
+                name = _ast_dotted(node.func)
+                if name is not None:
+                    if norm(name) in t_calls:
+                        exempt.update(id(x) for x in ast.walk(node.func))
+                    item = calls.get(norm(name)) or (calls.get(name.rsplit(".", 1)[-1])
+                                                     if "." not in name else None)
+                    if item:
+                        add(node, item)
+            elif tp is Attribute:
+                name = _ast_dotted(node)
+                item = attrs.get(norm(name)) if name else None
+                item = item or attrs.get(node.attr)
+                if item:
+                    add(node, item)
+            elif tp in defs:
+                for d in node.decorator_list:
+                    n = _ast_dotted(d)
+                    if n is not None and norm(n) in t_decorators:
+                        exempt.update(id(x) for x in ast.walk(d))
+            elif tp is Compare:
                 sides = [node.left] + node.comparators
                 lits = {s.value for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)}
                 for item in compares:
@@ -543,34 +686,21 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
                             and not any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
                         continue
                     add(node, item)
-            elif isinstance(node, ast.Call):
-                name = _ast_dotted(node.func)
-                if name is not None:
-                    item = calls.get(norm(name)) or (calls.get(name.rsplit(".", 1)[-1])
-                                                     if "." not in name else None)
-                    if item:
-                        add(node, item)
-            elif isinstance(node, ast.Attribute):
-                name = _ast_dotted(node)
-                item = attrs.get(norm(name)) if name else None
-                item = item or attrs.get(node.attr)
-                if item:
-                    add(node, item)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            elif tp is ast.Import or tp is ast.ImportFrom:
+                mods = [a.name for a in node.names] if tp is ast.Import else [node.module or ""]
                 for m in mods:
                     item = imports.get(m.split(".")[0]) or attrs.get(norm(m))
                     if item:
                         add(node, item)
-            elif isinstance(node, (ast.If, ast.IfExp)) and iftests and (
-                    isinstance(node, ast.IfExp) or node.orelse):
+            elif (tp is ast.If or tp is ast.IfExp) and iftests and (
+                    tp is ast.IfExp or node.orelse):
                 for sub in ast.walk(node.test):
                     if isinstance(sub, ast.Call):
                         n = _ast_dotted(sub.func)
                         item = iftests.get(norm(n)) if n else None
                         if item:
                             add(node, item)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and strings:
+            elif tp is Constant and strings and isinstance(node.value, str):
                 for w, item in strings:
                     if w in node.value:
                         add(node, item)
@@ -617,6 +747,9 @@ class _NotFast(Exception):
     """This piece needs libcst (a rule or a shape the fast path does not do)."""
 
 
+_DESCEND_HITS = 8   # up to this many hits, a descent per hit; more, one walk
+
+
 def _fast_edits(t: Table, node, hits, lines: list[str], counts: Counter) -> list[tuple]:
     """Edits ``((line, col), (line, col), text)`` that give exactly what the
     libcst rewriter gives for ``node``, when every hit is the attribute name
@@ -624,31 +757,84 @@ def _fast_edits(t: Table, node, hits, lines: list[str], counts: Counter) -> list
     one-token string literal, or a bare name. Anything else (comments,
     f-strings, call rules, imports, keywords...) raises _NotFast.
 
-    libcst costs ~1 ms a statement; this costs ~20 us, which is what makes a
-    file with a rewrite on every line linear *and* fast."""
+    libcst costs ~1 ms a statement; this costs ~10 us, which is what makes a
+    file with a rewrite on every line linear *and* fast. A piece with many
+    hits (a literal too long to split) takes one walk over all its nodes."""
+    if len(hits) > _DESCEND_HITS:
+        return _fast_edits_walk(t, node, hits, lines, counts)
+    roots = node if isinstance(node, list) else [node]
+    edits: list[tuple] = []
+    done: set[int] = set()
+    Attribute, Name, JoinedStr, Constant = ast.Attribute, ast.Name, ast.JoinedStr, ast.Constant
+    for ln, a, b in hits:
+        # Only the nodes that hold the hit are looked at (not the whole
+        # statement): the chain from the root down to the deepest one.
+        path: list = []
+        if not _descend(roots, (ln, a), (ln, b), path):
+            raise _NotFast("hit outside the piece's nodes")
+        at = path[-1]
+        tp = type(at)
+        if tp is Attribute and (at.end_lineno, at.end_col_offset) == (ln, b) \
+                and b - len(at.attr) == a:
+            i = len(path) - 1
+            while i > 0 and type(path[i - 1]) is Attribute:
+                i -= 1
+            top = path[i]
+            if id(top) not in done:
+                done.add(id(top))
+                _fast_chain(t, top, path[i - 1] if i else None, lines, edits, counts)
+            continue
+        if any(type(n) is JoinedStr for n in path):
+            raise _NotFast("f-string")
+        if tp is Constant and isinstance(at.value, (str, bytes)):
+            parent = path[-2] if len(path) > 1 else None
+            if type(parent) is ast.FormattedValue:
+                raise _NotFast("f-string")
+            if id(at) not in done and isinstance(at.value, str):
+                done.add(id(at))
+                _fast_string(t, at, lines, edits, counts, _is_path_part(at, parent))
+            continue
+        if tp is Name and (at.lineno, at.col_offset, at.end_col_offset) == (ln, a, b):
+            continue
+        raise _NotFast("hit outside a name, attribute or string")
+    edits.sort(key=lambda e: (e[0], e[1]))
+    for e1, e2 in zip(edits, edits[1:]):
+        if e2[0] < e1[1]:
+            raise _NotFast("overlapping rewrites")
+    return edits
+
+
+def _fast_edits_walk(t: Table, node, hits, lines: list[str], counts: Counter) -> list[tuple]:
+    """_fast_edits for a piece with many hits (a big literal): one walk over
+    all its nodes instead of a descent per hit."""
     attrs: dict[tuple, ast.Attribute] = {}
     parents: dict[int, ast.AST] = {}
     strings: dict[int, list] = {}      # by first line; multi-line ones under 0
     names: set[tuple] = set()
     stack = list(node) if isinstance(node, list) else [node]
+    AST, fields, push = ast.AST, _FIELDS, stack.append
+    Attribute, Name, JoinedStr, Constant = ast.Attribute, ast.Name, ast.JoinedStr, ast.Constant
     while stack:
         n = stack.pop()
-        for f in n._fields:
+        tp = type(n)
+        fs = fields.get(tp)
+        if fs is None:
+            fs = fields[tp] = tuple(f for f in n._fields if f != "ctx")
+        for f in fs:
             v = getattr(n, f, None)
             if type(v) is list:
                 for c in v:
-                    if isinstance(c, ast.AST):
+                    if isinstance(c, AST):
                         parents[id(c)] = n
-                        stack.append(c)
-            elif isinstance(v, ast.AST) and f != "ctx":
+                        push(c)
+            elif isinstance(v, AST):
                 parents[id(v)] = n
-                stack.append(v)
-        if isinstance(n, ast.Attribute):
+                push(v)
+        if tp is Attribute:
             attrs[(n.end_lineno, n.end_col_offset)] = n
-        elif isinstance(n, ast.Name):
+        elif tp is Name:
             names.add((n.lineno, n.col_offset, n.end_col_offset))
-        elif isinstance(n, ast.JoinedStr) or isinstance(n, ast.Constant) and isinstance(
-                n.value, (str, bytes)):
+        elif tp is JoinedStr or tp is Constant and isinstance(n.value, (str, bytes)):
             strings.setdefault(n.lineno if n.lineno == n.end_lineno else 0, []).append(n)
     edits: list[tuple] = []
     done: set[int] = set()
@@ -681,6 +867,40 @@ def _fast_edits(t: Table, node, hits, lines: list[str], counts: Counter) -> list
         if e2[0] < e1[1]:
             raise _NotFast("overlapping rewrites")
     return edits
+
+
+def _descend(nodes, lo: tuple, hi: tuple, path: list) -> bool:
+    """Append to ``path`` the first of ``nodes`` whose span holds ``lo..hi``
+    ((line, column) pairs) and, below it, the child that holds it, down to
+    the deepest; True if one was found. Nodes without a position
+    (arguments, comprehension, withitem, operators) are looked through."""
+    AST, fields = ast.AST, _FIELDS
+    for n in nodes:
+        if type(n) is list:
+            if _descend(n, lo, hi, path):
+                return True
+            continue
+        if not isinstance(n, AST):
+            continue
+        if getattr(n, "lineno", None) is None:
+            path.append(n)
+            if _descend(_child_fields(n, fields), lo, hi, path):
+                return True
+            path.pop()
+        elif (n.lineno, n.col_offset) <= lo and (n.end_lineno, n.end_col_offset) >= hi:
+            path.append(n)
+            _descend(_child_fields(n, fields), lo, hi, path)
+            return True
+    return False
+
+
+def _child_fields(n, fields):
+    """The values of ``n``'s fields (without ctx): nodes, lists of nodes, others."""
+    tp = type(n)
+    fs = fields.get(tp)
+    if fs is None:
+        fs = fields[tp] = tuple(f for f in n._fields if f != "ctx")
+    return [getattr(n, f, None) for f in fs]
 
 
 def _segment(lines, n) -> str:
@@ -779,10 +999,27 @@ def _fast_piece(t: Table, node, hits, lines: list[str], begin: tuple, stop: tupl
     if isinstance(node, _COMPOUND) or not all(lines[i].isascii() for i in range(start - 1, end)):
         return None
     local: Counter = Counter()
+    # A comment after a simple statement on its last line (`x = y.cuda()  # cuda`):
+    # rewritten as libcst's leave_Comment does, with comment_text.
+    comment = None
+    if isinstance(node, ast.stmt) and node.end_lineno == end and stop[1] == len(lines[end - 1]):
+        rest = lines[end - 1][node.end_col_offset:]
+        col = node.end_col_offset + len(rest) - len(rest.lstrip(" \t"))
+        body = rest.lstrip(" \t").removesuffix("\n")
+        if body.startswith("#") and "\r" not in body and "\f" not in body:
+            comment = (col, body)
+            code_hits = [h for h in hits if h[0] != end or h[1] < col]
+            comment_hit = len(code_hits) != len(hits)
+            hits = code_hits
     try:
         edits = _fast_edits(t, node, hits, lines, local)
     except _NotFast:
         return None
+    if comment is not None and comment_hit:
+        col, body = comment
+        new = comment_text(t, body, local, hit=True)
+        if new != body:
+            edits.append(((end, col), (end, col + len(body)), new))
     counts.update(local)
     out = []
     pos = begin
@@ -995,8 +1232,16 @@ def _convert_source(source: str, t: Table, launch: bool, filename: str) -> PyRes
     review: list = []
     outs = []
     has_launch, at = False, -1
+    # Hits never span lines and blocks are whole lines, so one pass over the
+    # text gives each block's hits (offsets shifted), as a pass per block would.
+    all_hits = (found if eols is None else t.find_hits(norm)) if found else []
+    hit_starts = [a for a, _ in all_hits]
+    off = 0
     for first, text, tree in _blocks(norm, filename):   # one block's ast alive at a time
-        hits = t.find_hits(text) if found else []
+        lo = bisect.bisect_left(hit_starts, off)
+        hi = bisect.bisect_left(hit_starts, off + len(text))
+        hits = [(a - off, b - off) for a, b in all_hits[lo:hi]]
+        off += len(text)
         outs.append(_convert_block(text, tree, hits, t, name_map, counts, review, first - 1)
                     if hits else text)
         if launch:
