@@ -190,24 +190,61 @@ def test_file_size_limit_leaves_the_file_intact(tmp_path, links):
 
 
 def test_disk_full_on_the_new_file_leaves_the_original(tmp_path, monkeypatch):
-    """ENOSPC while the new content is written (as on a full tmpfs): the
-    original is untouched and the run reports the file as failed, intact."""
+    """ENOSPC while the (longer) new content is written, as on a full tmpfs:
+    the original is untouched and the run reports the file as failed, intact."""
     f = tmp_path / "a.py"
     f.write_text(SRC)
+    ino = os.stat(f).st_ino
     real = engine._write_all
     calls = []
 
     def full(fd, data, offset):
+        if os.fstat(fd).st_ino == ino:
+            return real(fd, data, offset)
         calls.append(len(data))
         real(fd, data[: len(data) // 2], offset)
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(engine, "_write_all", full)
     report = tmp_path / "r.json"
-    assert _main("-r", tmp_path, "--no-backup", "-q", "--report", report) == 1
-    assert calls and f.read_text() == SRC
+    assert _main("-r", tmp_path, "-l", "a.py", "--no-backup", "-q", "--report", report) == 1
+    assert calls and f.read_text() == SRC and os.stat(f).st_ino == ino
     rec = json.loads(report.read_text())["files"][0]
     assert "No space left on device" in rec["reason"] and "intact" in rec["reason"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "r.json"]
+
+
+def test_full_disk_and_a_rewrite_that_does_not_grow_is_written_in_place(tmp_path, monkeypatch):
+    """No room for a second copy, but the rewrite is not longer: overwriting
+    the file's own bytes needs no new space, so it is converted in place."""
+    f = tmp_path / "a.py"
+    f.write_text(SRC)
+    real = engine._write_all
+
+    def no_room_for_new_files(fd, data, offset):
+        if os.fstat(fd).st_ino != os.stat(f).st_ino:
+            raise OSError(28, "No space left on device")
+        real(fd, data, offset)
+    monkeypatch.setattr(engine, "_write_all", no_room_for_new_files)
+    assert _main("-r", tmp_path, "--no-backup", "-q") == 0
+    assert f.read_text() == OUT
+    assert [p.name for p in tmp_path.iterdir()] == ["a.py"]
+
+
+def test_folder_without_write_permission_falls_back_to_a_safe_in_place_write(tmp_path, monkeypatch):
+    """No temporary file can be made beside a writable file (its folder is
+    not writable): the file is rewritten in place (growth first), as before."""
+    f = tmp_path / "a.py"
+    f.write_text(SRC)
+    ino = os.stat(f).st_ino
+    real = os.open
+
+    def no_new_files(path, flags, *a, **kw):
+        if flags & os.O_CREAT and str(path).endswith(".tmp"):
+            raise PermissionError(13, "Permission denied")
+        return real(path, flags, *a, **kw)
+    monkeypatch.setattr(engine.os, "open", no_new_files)
+    assert _main("-r", tmp_path, "--no-backup", "-q") == 0
+    assert f.read_text() == OUT and os.stat(f).st_ino == ino
 
 
 # -- 4: a root that is a link ----------------------------------------------------------

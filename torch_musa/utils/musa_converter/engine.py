@@ -463,13 +463,18 @@ def write_file(path: str, data: bytes, fp: tuple, rename_from: str | None = None
     st = os.lstat(orig)
     if not stat.S_ISREG(st.st_mode):
         raise _Changed()
-    if _can_replace(orig, st):
-        _write_replace(path, data, fp, orig, st)
-    else:
-        _write_over(path, data, fp, orig, st)
+    if _can_replace(orig, st) and _write_replace(path, data, fp, orig, st):
+        return
+    _write_over(path, data, fp, orig, st)
 
 
-def _write_replace(path, data, fp, orig, st) -> None:
+def _write_replace(path, data, fp, orig, st) -> bool:
+    """False (nothing done) if no file can be made in the folder (a folder
+    without write permission holding a writable file), or the disk has no
+    room for a second copy of a file that does not grow: then _write_over,
+    which needs no new space for it."""
+    no_room = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    shrinks = len(data) <= st.st_size
     folder = os.path.dirname(path) or "."
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     while True:
@@ -480,7 +485,11 @@ def _write_replace(path, data, fp, orig, st) -> None:
             break
         except FileExistsError:
             continue
+        except PermissionError:
+            return False
         except OSError as e:
+            if e.errno in no_room and shrinks:
+                return False
             raise WriteFailed(e.errno, f"cannot create a temporary file in its folder ({e.strerror})")
     old = None
     try:
@@ -503,12 +512,15 @@ def _write_replace(path, data, fp, orig, st) -> None:
     except OSError as e:
         if isinstance(e, WriteFailed):
             raise
+        if e.errno in no_room and shrinks and tmp is not None:
+            return False            # (finally removes the temporary file)
         raise WriteFailed(e.errno, e.strerror or str(e))
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         _unblock_signals(old)
+    return True
 
 
 def _write_over(path, data, fp, orig, st) -> None:
