@@ -735,6 +735,69 @@ def mismatch(rank, ws):
     os._exit(_write(results))
 
 
+def p2p_peers(rank, ws):
+    """Point-to-point calls naming a peer outside the group (or this rank, which Gloo cannot
+    reach): a ValueError naming the peer and the allowed ranks at once, on every rank that
+    asked; nothing reaches Gloo, so the group keeps working."""
+    dev = _dev(rank)
+    dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=TIMEOUT)
+    results = {}
+    t = torch.ones(4, device=dev)
+    sub = dist.new_group([0, 2])  # global ranks 0 and 2 are its ranks 0 and 1
+
+    def expect(name, fn, *words):
+        t0 = time.monotonic()
+        try:
+            w = fn()
+            for x in (w if isinstance(w, list) else [w]):
+                if x is not None:
+                    x.wait()
+            results[name] = "no error raised"
+            return
+        except ValueError as e:
+            msg, dt = str(e), time.monotonic() - t0
+            missing = [x for x in words if x not in msg]
+            results[name] = (f"does not name {missing}: {msg[:400]}" if missing else
+                             f"raised after {dt:.1f}s" if dt > 2 else "ok")
+        except Exception as e:  # noqa: BLE001
+            results[name] = f"{type(e).__name__}, not a ValueError: {str(e)[:400]}"
+
+    cases = {
+        "p2p_send_outside": (lambda: dist.send(t, ws), f"destination rank {ws}", f"[0, {ws})"),
+        "p2p_recv_outside": (lambda: dist.recv(t, ws + 1), f"source rank {ws + 1}", f"[0, {ws})"),
+        "p2p_isend_outside": (lambda: dist.isend(t, 5), "destination rank 5", f"[0, {ws})"),
+        "p2p_irecv_negative": (lambda: dist.irecv(t, -1), "source rank -1", f"[0, {ws})"),
+        "p2p_batch_outside": (lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, t, 7)]),
+                              "destination rank 7", f"[0, {ws})"),
+        "p2p_recv_self": (lambda: dist.recv(t, rank), f"source rank {rank}", "this rank"),
+        "p2p_isend_self": (lambda: dist.isend(t, rank), f"destination rank {rank}", "this rank"),
+    }
+    if rank in (0, 2):  # group-relative peers on a subgroup
+        cases.update({
+            # a global rank outside the subgroup: torch.distributed's own error
+            "p2p_subgroup_global_outside": (lambda: dist.send(t, 1, group=sub), "Global rank 1"),
+            "p2p_subgroup_group_dst": (lambda: dist.isend(t, group=sub, group_dst=2),
+                                       "destination rank 2", "[0, 2)", "global ranks [0, 2]"),
+            "p2p_subgroup_p2pop": (lambda: dist.batch_isend_irecv(
+                [dist.P2POp(dist.irecv, t, group=sub, group_peer=3)]), "Group rank 3"),
+        })
+    for name, (fn, *words) in cases.items():
+        expect(name, fn, *words)
+    try:  # the group still works: a ring of sends, then an all_reduce
+        nxt, prv = (rank + 1) % ws, (rank - 1) % ws
+        r = torch.empty(4, device=dev)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, t * (rank + 1), nxt),
+                                         dist.P2POp(dist.irecv, r, prv)]):
+            w.wait()
+        _eq(r, torch.full((4,), float(prv + 1)), "ring")
+        dist.all_reduce(t)
+        _eq(t, torch.full((4,), float(ws)), "all_reduce")
+        results["p2p_group_still_works"] = "ok"
+    except Exception:  # noqa: BLE001
+        results["p2p_group_still_works"] = traceback.format_exc()[-2000:]
+    return results
+
+
 def lonely(rank, ws):
     """Rank 1 never joins: init_process_group on rank 0 raises within the timeout."""
     if rank != 0:
@@ -752,9 +815,10 @@ def lonely(rank, ws):
 
 
 SCENARIOS = {"lonely": lonely, "collectives": collectives, "init": init_variants, "ddp": ddp, "fsdp2": fsdp2,
-             "faults": faults, "mismatch": mismatch}
+             "faults": faults, "mismatch": mismatch, "p2p_peers": p2p_peers}
 # port offsets so that scenarios chained in one launch ("collectives+ddp") never share a store
-_PORT_OFFSET = {"collectives": 0, "init": 10, "ddp": 20, "fsdp2": 30, "faults": 0, "mismatch": 0, "lonely": 0}
+_PORT_OFFSET = {"collectives": 0, "init": 10, "ddp": 20, "fsdp2": 30, "faults": 0, "mismatch": 0, "lonely": 0,
+                "p2p_peers": 0}
 _OUT = None
 
 

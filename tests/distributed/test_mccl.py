@@ -385,6 +385,20 @@ def test_peer_never_joins():
     assert "1/2" in results[0]["fault_never_joins_msg"]
 
 
+P2P_PEER_CHECKS = ["p2p_send_outside", "p2p_recv_outside", "p2p_isend_outside", "p2p_irecv_negative",
+                   "p2p_batch_outside", "p2p_recv_self", "p2p_isend_self", "p2p_group_still_works"]
+P2P_SUBGROUP_CHECKS = ["p2p_subgroup_global_outside", "p2p_subgroup_group_dst", "p2p_subgroup_p2pop"]
+
+
+@pytest.mark.parametrize("name", P2P_PEER_CHECKS + P2P_SUBGROUP_CHECKS)
+def test_p2p_invalid_peer(name):
+    """send/recv/isend/irecv/P2POp naming a rank outside the group, or the own rank (Gloo
+    has no connection to itself), raise a ValueError naming the peer and the allowed ranks
+    at once, on every rank that asked, before Gloo sees the peer (it crashed the process
+    with SIGSEGV/SIGBUS or waited the timeout); group-relative peers of a subgroup too."""
+    _check("p2p_peers", 3, name, ranks=[0, 2] if name in P2P_SUBGROUP_CHECKS else None)
+
+
 MISMATCH_CHECKS = ["mismatch_shape", "mismatch_dtype", "mismatch_reshape", "mismatch_collective",
                    "mismatch_broadcast", "mismatch_all_gather_into_tensor", "mismatch_reduce_scatter_tensor",
                    "mismatch_reduce", "mismatch_all_gather", "mismatch_async", "mismatch_then_ok",

@@ -12,6 +12,13 @@ class MCCLError(RuntimeError):
     """A collective on the mccl backend failed (a peer died, timed out or disagreed)."""
 
 
+class InvalidPeerError(MCCLError, ValueError):
+    """A point-to-point call named a peer that is no rank of its group (or this rank, which
+    Gloo cannot reach). A ValueError, as torch.distributed's own peer errors ("Global rank 2
+    is not part of group", "destination rank should not be the same as the rank of the
+    current process"), and an MCCLError."""
+
+
 def describe(tensors) -> str:
     """``[(4,):float32, [(2, 3):int64]]``: shapes and dtypes, nested as given."""
     out = []

@@ -18,7 +18,7 @@ from torch._C import _distributed_c10d as _c10d
 
 from torch_musa.distributed import _C as _mccl_C  # noqa: F401  (defines torch.ops.mccl)
 from torch_musa.distributed.mccl.aliases import STAGE_GLOO, alias, alias_list, alias_lists, run_staged
-from torch_musa.distributed.mccl.errors import MCCLError, named_error
+from torch_musa.distributed.mccl.errors import InvalidPeerError, MCCLError, named_error
 from torch_musa.distributed.mccl.signature import check, op_name
 from torch_musa.distributed.mccl.works import (
     CopyBack, Seq, completer, done_work, finish, finish_many, inflight)
@@ -231,6 +231,30 @@ def _scatter_(output_tensors, input_tensors, process_group, root_rank, async_op=
     return output_tensors, finish("scatter", b, w, async_op, output_tensors, input_tensors)
 
 
+def check_peer(name, backend, peer):
+    """Raise InvalidPeerError unless ``peer`` (a rank of the group: torch.distributed maps a
+    global ``dst``/``src`` to it, and ``group_dst``/``group_src`` are one) is a rank of the group
+    other than this one, before the engine sees it: Gloo indexes its connections by it without
+    a check (a peer outside the group crashed the process with SIGSEGV/SIGBUS or waited the
+    group timeout) and has no connection to the own rank (NCCL has: self is allowed there)."""
+    rank, size = backend.rank(), backend.size()
+    if 0 <= peer < size and (peer != rank or backend.name() == "nccl"):
+        return
+    role = "destination" if name == "send" else "source"
+    try:
+        ranks = list(backend.options.global_ranks_in_group)
+    except Exception:  # noqa: BLE001  (informational)
+        ranks = []
+    members = f" (global ranks {ranks})" if ranks and ranks != list(range(size)) else ""
+    allowed = f"a rank of the group in [0, {size}) other than this rank ({rank})"
+    if 0 <= peer < size:  # this rank
+        raise InvalidPeerError(f"mccl {name}: invalid {role} rank {peer} on rank {rank} of {size}: it is this "
+                               f"rank, and mccl's Gloo engine has no connection from a rank to itself; the "
+                               f"{role} must be {allowed}{members}")
+    raise InvalidPeerError(f"mccl {name}: invalid {role} rank {peer} on rank {rank} of {size}: the group has "
+                           f"ranks [0, {size}){members}; the {role} must be {allowed}")
+
+
 def _send(tensors, process_group, dst, tag):
     b = _backend(process_group)
     w = b.send(alias_list(tensors), dst, tag)
@@ -283,6 +307,7 @@ KERNELS = {
 _GROUP_THIRD = ("allgather_", "allgather_coalesced_", "allgather_into_tensor_coalesced_", "reduce_scatter_",
                 "reduce_scatter_tensor_coalesced_", "alltoall_", "alltoall_base_", "gather_",
                 "scatter_")  # ops whose process group is the third argument
+_PEER_OPS = ("send", "recv_")  # (tensors, group, peer, tag): the peer is checked first
 
 
 def _named_kernel(op, fn, name):
@@ -293,6 +318,8 @@ def _named_kernel(op, fn, name):
 
     @functools.wraps(fn)
     def kernel(*args, **kwargs):
+        if op in _PEER_OPS:  # before the engine (or staging) sees the peer
+            check_peer(name, _backend(args[1]), args[2])
         try:
             if STAGE_GLOO and op != "monitored_barrier_" and _backend(args[group_arg]).name() != "nccl":
                 return run_staged(fn, args, kwargs)
