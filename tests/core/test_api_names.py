@@ -120,6 +120,25 @@ def test_host_memory_stats_follow_pinned_allocations():
     assert torch.musa.host_memory_stats()["allocated_bytes.allocated"] == 0
 
 
+def test_host_memory_stats_count_pinning_before_any_musa_call(subpython):
+    """Memory pinned before musa is initialised (pin_memory() does not initialise it) is
+    counted: host_memory_stats() returned {} until the first musa call."""
+    r = subpython("""
+        import torch, torch_musa
+        x = torch.empty(10 << 20).pin_memory()
+        s = torch.musa.host_memory_stats()
+        n = torch.musa.host_memory_stats_as_nested_dict()
+        print(x.is_pinned(), torch.musa.is_initialized(), s.get("allocated_bytes.current"),
+              s.get("allocations.current"), s.get("num_host_alloc"), n.get("allocated_bytes", {}).get("peak"))
+        del x
+        print(torch.musa.host_memory_stats().get("allocated_bytes.current"))
+    """, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    first, second = r.stdout.split("\n")[:2]
+    assert first == f"True False {40 << 20} 1 1 {40 << 20}", r.stdout
+    assert second == "0", r.stdout
+
+
 def test_allocator_settings_string():
     torch.musa._set_allocator_settings("max_split_size_mb:64")
     torch.musa._set_allocator_settings("")

@@ -264,9 +264,12 @@ def get_per_process_memory_fraction(device: Any = None) -> float:
 
 
 def host_memory_stats_as_nested_dict() -> dict[str, Any]:
-    """Pinned host memory statistics, nested ({"allocations": {"current": ...}, ...})."""
-    if not _lazy.is_initialized():
-        return {}
+    """Pinned host memory statistics, nested ({"allocations": {"current": ...}, ...}).
+
+    Counted from the process's first pinned block: ``pin_memory()`` and ``pin_memory=True``
+    allocate through the hooks' pinned allocator (core/PinnedAllocator.cpp) without the lazy
+    musa initialisation, so the counters are read whether or not musa is initialised (an
+    empty dict before initialisation hid blocks pinned before the first musa call)."""
     out: dict[str, Any] = {}
     for key, value in _C._host_memory_stats().items():
         name, _, kind = key.partition(".")
