@@ -539,27 +539,6 @@ _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.Fo
 # Review (call sites a rewrite cannot fix), on the original ast
 # --------------------------------------------------------------------------
 
-def _walk(root):
-    """``ast.walk`` (same breadth-first order) without the Load/Store context
-    nodes, which no check looks at; about twice as fast."""
-    todo = collections.deque([root])
-    AST = ast.AST
-    pop, extend, append = todo.popleft, todo.extend, todo.append
-    fields = _FIELDS
-    while todo:
-        node = pop()
-        fs = fields.get(type(node))
-        if fs is None:
-            fs = fields[type(node)] = tuple(f for f in node._fields if f != "ctx")
-        for f in fs:
-            v = getattr(node, f, None)
-            if type(v) is list:
-                extend(c for c in v if isinstance(c, AST))
-            elif isinstance(v, AST):
-                append(v)
-        yield node
-
-
 _FIELDS: dict[type, tuple[str, ...]] = {}   # an ast node type's fields, without ctx
 # The node types _review looks at (any other node is only walked through).
 _REVIEWED = (ast.Call, ast.Compare, ast.Attribute, ast.Import, ast.ImportFrom, ast.If,
@@ -634,7 +613,8 @@ def _review(t: Table, nodes, lines: list[str], out: list, seen: set) -> None:
     Call, Attribute, Compare, Constant = ast.Call, ast.Attribute, ast.Compare, ast.Constant
     defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     t_calls, t_decorators = t.calls, t.decorators
-    # The walk of _walk, inlined (breadth first, the same order): this loop
+    # A breadth-first walk (as ast.walk, without the Load/Store context
+    # nodes), inlined: this loop
     # runs for every node of every rewritten statement.
     AST, fields = ast.AST, _FIELDS
     todo: collections.deque = collections.deque()
@@ -874,24 +854,44 @@ def _descend(nodes, lo: tuple, hi: tuple, path: list) -> bool:
     ((line, column) pairs) and, below it, the child that holds it, down to
     the deepest; True if one was found. Nodes without a position
     (arguments, comprehension, withitem, operators) are looked through."""
-    AST, fields = ast.AST, _FIELDS
-    for n in nodes:
-        if type(n) is list:
-            if _descend(n, lo, hi, path):
-                return True
-            continue
-        if not isinstance(n, AST):
-            continue
-        if getattr(n, "lineno", None) is None:
-            path.append(n)
-            if _descend(_child_fields(n, fields), lo, hi, path):
-                return True
-            path.pop()
-        elif (n.lineno, n.col_offset) <= lo and (n.end_lineno, n.end_col_offset) >= hi:
-            path.append(n)
-            _descend(_child_fields(n, fields), lo, hi, path)
-            return True
-    return False
+    (l0, c0), (l1, c1) = lo, hi
+    AST, fields, positioned = ast.AST, _FIELDS, _POSITIONED
+    found = False
+    while True:
+        nxt = None
+        for n in nodes:
+            tp = type(n)
+            if tp is list:
+                if _descend(n, lo, hi, path):
+                    return True
+                continue
+            pos = positioned.get(tp)
+            if pos is None:
+                if not isinstance(n, AST):
+                    continue
+                pos = positioned[tp] = "lineno" in tp._attributes
+            if not pos:
+                path.append(n)
+                if _descend(_child_fields(n, fields), lo, hi, path):
+                    return True
+                path.pop()
+                continue
+            ln = n.lineno
+            if ln is None or (ln > l0 or ln == l0 and n.col_offset > c0):
+                continue
+            ln = n.end_lineno
+            if ln < l1 or ln == l1 and n.end_col_offset < c1:
+                continue
+            nxt = n
+            break
+        if nxt is None:
+            return found
+        path.append(nxt)
+        found = True
+        nodes = _child_fields(nxt, fields)
+
+
+_POSITIONED: dict[type, bool] = {}   # whether an ast node type has a position
 
 
 def _child_fields(n, fields):
