@@ -118,6 +118,8 @@ def test_file_edited_during_conversion_is_not_overwritten(tmp_path, monkeypatch,
     assert big.read_text() == SRC + "USER_EDIT = 1\n"
     out = capsys.readouterr()
     assert "changed 0" in out.out and "changed while being converted" in out.err
+    assert "Changed by someone while being converted, left as they are now (run again): big.py" \
+        in out.out
     f = json.loads(report.read_text())["files"][0]
     assert f["status"] == "failed" and "changed while being converted" in f["reason"]
 
@@ -177,6 +179,7 @@ def test_file_size_limit_leaves_the_file_intact(tmp_path, links):
     assert r.returncode == 1, r.stdout + r.stderr
     assert f.read_text() == text
     assert "the file is intact, not converted" in r.stderr
+    assert "Not written, left intact (disk full, file-size limit...): big.py" in r.stdout
     assert "File too large" in r.stderr or "EFBIG" in r.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
     if links == 2:
@@ -280,6 +283,19 @@ def test_fifo_is_skipped_not_read(tmp_path):
     assert "pipe.py: not a regular file (FIFO): skipped" in r.stdout
     by = {f["path"]: f for f in json.loads(report.read_text())["files"]}
     assert by["pipe.py"]["status"] == "skipped"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+def test_fifo_is_not_copied_with_output_path(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text(SRC)
+    os.mkfifo(src / "pipe.py")
+    out = tmp_path / "out"
+    r = _cmd("-r", src, "-o", out, "-q", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "pipe.py: not a regular file: not copied" in r.stderr
+    assert (out / "a.py").read_text() == OUT and not os.path.lexists(out / "pipe.py")
 
 
 def test_fifo_swapped_in_after_the_walk_does_not_block(tmp_path):

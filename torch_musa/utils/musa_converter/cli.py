@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import sys
 
 from torch_musa.utils.musa_converter import engine
@@ -123,6 +124,13 @@ def print_report(res: engine.RunResult, quiet: bool = False, out=None, limit: in
         print(file=out)
     for note in res.notes:
         print(f"musa-converter: {note}", file=out)
+    for title, key in (("Not written, left intact (disk full, file-size limit...): ",
+                        "the file is intact"),
+                       ("Changed by someone while being converted, left as they are now "
+                        "(run again): ", "changed while being converted")):
+        hit = [f.path for f in res.files if f.status == "failed" and key in f.reason]
+        if hit:
+            print(title + ", ".join(hit[:limit]) + (" ..." if len(hit) > limit else ""), file=out)
     skipped = [f for f in res.files if f.status == "skipped" and f.reason.startswith("not a regular file")]
     if skipped:
         print("Not regular files (FIFOs, sockets, devices), skipped:", file=out)
@@ -198,9 +206,24 @@ def _main(argv: list[str] | None = None) -> int:
             return 2
         ex = [engine._resolve_user_path(e, src_dir) for e in excluded]
 
+        special: list[str] = []
+
         def ignore(d, names):
-            return [n for n in names if n in engine.SKIP_DIRS
-                    or any(engine._is_within(os.path.realpath(os.path.join(d, n)), e) for e in ex)]
+            out = []
+            for n in names:
+                full = os.path.join(d, n)
+                if n in engine.SKIP_DIRS or any(engine._is_within(os.path.realpath(full), e)
+                                                for e in ex):
+                    out.append(n)
+                    continue
+                try:
+                    mode = os.lstat(full).st_mode
+                except OSError:
+                    continue
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                    special.append(os.path.relpath(full, root))   # a FIFO would block the copy
+                    out.append(n)
+            return out
         if os.path.isdir(root):
             shutil.copytree(root, out, symlinks=True, ignore=ignore)
             new_root = out
@@ -211,6 +234,8 @@ def _main(argv: list[str] | None = None) -> int:
         launch = [os.path.join(out, os.path.relpath(engine._resolve_user_path(p, src_dir), src_dir))
                   for p in launch]
         root, excluded, backup = new_root, [], False
+        for p in special:
+            print(f"musa-converter: {p}: not a regular file: not copied", file=sys.stderr)
     if args.report:    # checked before anything is converted
         why = _report_problem(args.report)
         if why:
