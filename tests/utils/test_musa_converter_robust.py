@@ -112,7 +112,10 @@ def test_mode_owner_and_inode_are_kept_and_read_only_files_listed(tmp_path):
 
 # -- item 3: interruption ----------------------------------------------------------
 
-def _slow_tree(root, n=24, lines=1500):
+SLOW_LINES = 6000   # per file: enough that 24 files outlast the pool start (fast path ~30k lines/s)
+
+
+def _slow_tree(root, n=24, lines=SLOW_LINES):
     root.mkdir()
     for i in range(n):
         (root / f"m{i:02d}.py").write_text("".join(f"x{j} = t{j}.cuda()\n" for j in range(lines)))
@@ -175,7 +178,8 @@ def test_signal_stops_workers_and_writes_a_partial_report(tmp_path, sig):
     assert data["not_done"] + len(data["files"]) == 24
     for name in _converted(root):     # no half-written file
         text = (root / name).read_text()
-        assert text.count("\n") == 1500 and "cuda" not in text
+        assert text.count("\n") == SLOW_LINES and "cuda" not in text
+    assert [p.name for p in root.iterdir() if not p.name.endswith(".py")] == []   # no temp file left
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -194,6 +198,7 @@ def test_workers_end_when_the_parent_is_killed(tmp_path):
     done = _converted(root)
     time.sleep(2)
     assert _converted(root) == done and len(done) < 24
+    assert [p.name for p in root.iterdir() if not p.name.endswith(".py")] == []   # no temp file left
 
 
 # -- item 4: big files ----------------------------------------------------------------

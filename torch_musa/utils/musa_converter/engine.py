@@ -668,6 +668,16 @@ def process_file(job: tuple[str, str, str]) -> FileResult:
     if not _still_same(path, fp):
         res.status, res.reason = "failed", CHANGED
         return res
+    # SIGINT/SIGTERM wait until the backup and the file are written: no
+    # half-written backup, no temporary file left behind.
+    old = _block_signals()
+    try:
+        return _save(ctx, res, path, rel, data, st, new_abs, new_data, fp, renamed)
+    finally:
+        _unblock_signals(old)
+
+
+def _save(ctx, res, path, rel, data, st, new_abs, new_data, fp, renamed) -> FileResult:
     if ctx.get("backup_dir"):
         try:
             _backup(ctx["backup_dir"], rel, data, st)
