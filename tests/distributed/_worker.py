@@ -798,6 +798,54 @@ def p2p_peers(rank, ws):
     return results
 
 
+def stalled(rank, ws):
+    """MCCL_CHECK_COLLECTIVES=first: rank 0 makes a call whose signature was verified before
+    (it goes to the engine unchecked) while the others call a new one. Every rank raises
+    within seconds (not the 15 s timeout), naming the two calls that differ, and the group
+    stays usable (the others join rank 0's call with placeholder tensors)."""
+    dev = _dev(rank)
+    dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=datetime.timedelta(seconds=15))
+    results = {}
+    ones = lambda *shape: torch.ones(*shape, device=dev)  # noqa: E731
+    dist.all_reduce(ones(4))  # verified: all_reduce(SUM) [(4,):float32], broadcast(root=0) [(3,):float32]
+    dist.broadcast(ones(3), src=0)
+    cases = {
+        # (rank 0's verified call, the others' new call, the words every rank's error holds)
+        "stalled_all_reduce": (lambda: dist.all_reduce(ones(4)), lambda: dist.all_reduce(ones(8)),
+                               ["rank 0: all_reduce(SUM) [(4,):float32] (a signature verified before",
+                                "all_reduce(SUM) [(8,):float32]"]),
+        "stalled_async_broadcast": (lambda: dist.broadcast(ones(3), src=0, async_op=True).wait(),
+                                    lambda: dist.all_reduce(ones(5), op=R.MAX),
+                                    ["rank 0: broadcast(root=0) [(3,):float32] (a signature verified before",
+                                     "all_reduce(MAX) [(5,):float32]"]),
+        "stalled_python_kernel_new": (lambda: dist.all_reduce(ones(4)),
+                                      lambda: dist.all_to_all_single(torch.empty(2 * ws, device=dev), ones(2 * ws)),
+                                      ["rank 0: all_reduce(SUM) [(4,):float32] (a signature verified before",
+                                       "all_to_all_single() [float32]"]),
+    }
+    for name, (verified, new, words) in cases.items():
+        t0 = time.monotonic()
+        try:
+            (verified if rank == 0 else new)()
+            results[name] = "no error raised"
+        except Exception as e:  # noqa: BLE001
+            msg, dt = str(e), time.monotonic() - t0
+            missing = [w for w in words + ["stays usable"] if w not in msg]
+            results[name] = (f"does not name {missing}: {msg[:800]}" if missing else
+                             f"raised after {dt:.1f}s" if dt > 6 else "ok")
+            results[name + "_msg"] = msg[:800]
+        try:  # the group still works, verified and new signatures alike
+            t = torch.full((4,), float(rank + 1), device=dev)
+            dist.all_reduce(t)
+            _eq(t, torch.full((4,), float(sum(range(1, ws + 1)))), "all_reduce after")
+            g = torch.empty(ws * 2, device=dev)
+            dist.all_gather_into_tensor(g, torch.full((2,), float(rank), device=dev))
+            _eq(g, torch.arange(ws, dtype=torch.float32).repeat_interleave(2), "all_gather after")
+        except Exception:  # noqa: BLE001
+            results[name] = f"group unusable after {name}: {traceback.format_exc()[-1500:]}"
+    return results
+
+
 def lonely(rank, ws):
     """Rank 1 never joins: init_process_group on rank 0 raises within the timeout."""
     if rank != 0:
@@ -815,10 +863,11 @@ def lonely(rank, ws):
 
 
 SCENARIOS = {"lonely": lonely, "collectives": collectives, "init": init_variants, "ddp": ddp, "fsdp2": fsdp2,
-             "faults": faults, "mismatch": mismatch, "p2p_peers": p2p_peers}
+             "faults": faults, "mismatch": mismatch, "p2p_peers": p2p_peers,
+             "stalled": stalled}
 # port offsets so that scenarios chained in one launch ("collectives+ddp") never share a store
 _PORT_OFFSET = {"collectives": 0, "init": 10, "ddp": 20, "fsdp2": 30, "faults": 0, "mismatch": 0, "lonely": 0,
-                "p2p_peers": 0}
+                "p2p_peers": 0, "stalled": 0}
 _OUT = None
 
 

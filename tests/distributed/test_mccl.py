@@ -412,6 +412,24 @@ def test_mismatch_across_ranks_by_default(name):
     _check("mismatch", 2, name)
 
 
+STALLED_CHECKS = ["stalled_all_reduce", "stalled_async_broadcast", "stalled_python_kernel_new"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("name", STALLED_CHECKS)
+def test_mismatch_with_a_verified_call(name, world):
+    """The default check sees a signature once: rank 0 calls one verified before (straight to
+    the engine) while the others call a new one. Every rank raises within seconds rather than
+    rank 0 waiting the group timeout, naming rank 0's call and the others' (not rank 0's next
+    call), and the group stays usable."""
+    _check("stalled", world, name)
+
+
+@pytest.mark.parametrize("name", STALLED_CHECKS[:1])
+def test_mismatch_with_a_verified_call_staged(name):
+    _check("stalled", 2, name, env=STAGED)
+
+
 @pytest.mark.parametrize("name", ["mismatch_shape", "mismatch_dtype", "mismatch_then_ok"])
 def test_mismatch_across_ranks_check_all(name):
     """MCCL_CHECK_COLLECTIVES=all: PyTorch's ProcessGroupWrapper checks every call."""

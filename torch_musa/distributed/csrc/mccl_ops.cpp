@@ -19,6 +19,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -126,6 +128,96 @@ std::string where(const c10::intrusive_ptr<c10d::Backend>& b) {
   rethrow_named(name, where(b), ts, msg);
 }
 
+// ---------------------------------------------------------------- stalled verified calls
+// A call whose signature was verified before (check_signature below) goes straight to
+// the engine. Should another rank meanwhile check a *new* signature at this call's
+// position (the ranks called different collectives, this rank's a known one), the
+// engine would wait here the whole timeout while that rank waits in its check, which
+// would then read this rank's next call as the mismatch. So a watched wait asks the
+// check (Python: torch_musa.distributed.mccl._stalled) every kStallPoll once the call has
+// waited that long: if a peer published a check for this position, it publishes this
+// call's signature there (the peer's check names both calls) and answers the error to
+// raise, once the call completed when the peers join it with placeholder tensors to keep
+// the group usable. Verified calls that complete within kStallPoll cost a future callback.
+constexpr std::chrono::milliseconds kStallPoll{1000};
+
+// The engine's sequence number (calls issued on the group), or -1 where the backend keeps none.
+int64_t sequence_number(const c10::intrusive_ptr<c10d::Backend>& b) {
+  try {
+    return static_cast<int64_t>(b->getSequenceNumberForGroup());
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+struct Watch {
+  std::string group;  // empty: not watched (check off, one rank, NCCL)
+  const char* name = "";
+  std::string extra;
+  std::vector<at::Tensor> tensors;
+};
+
+void wait_watched(const c10::intrusive_ptr<Work>& w, const c10::intrusive_ptr<c10d::Backend>& b,
+                  const Watch& watch) {
+  c10::intrusive_ptr<c10::ivalue::Future> fut;
+  if (!watch.group.empty()) {
+    try {
+      fut = w->getFuture();
+    } catch (const std::exception&) {  // Gloo's reduce_scatter has none: a plain wait
+    }
+  }
+  if (!fut) {
+    w->wait();
+    return;
+  }
+  struct Flag {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto flag = std::make_shared<Flag>();
+  fut->addCallback([flag](c10::ivalue::Future&) {
+    {
+      std::lock_guard<std::mutex> lock(flag->mu);
+      flag->done = true;
+    }
+    flag->cv.notify_all();
+  });
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(flag->mu);
+      if (flag->cv.wait_for(lock, kStallPoll, [&] { return flag->done; })) break;
+    }
+    std::string msg;
+    bool after_completion = false;
+    {
+      pybind11::gil_scoped_acquire gil;
+      try {
+        auto r = pybind11::module_::import("torch_musa.distributed.mccl")
+                     .attr("_stalled")(watch.group, watch.name, watch.extra, watch.tensors,
+                                       sequence_number(b));
+        if (!r.is_none()) {
+          auto t = r.cast<pybind11::tuple>();
+          msg = t[0].cast<std::string>();
+          after_completion = t[1].cast<bool>();
+        }
+      } catch (pybind11::error_already_set& e) {
+        msg = pybind11::str(e.value());
+      }
+    }
+    if (!msg.empty()) {
+      if (after_completion) {
+        try {
+          w->wait();  // the peers join it: the engine completes it, the group stays usable
+        } catch (const std::exception&) {
+        }
+      }
+      throw std::runtime_error(msg);
+    }
+  }
+  w->wait();  // errors of the call itself
+}
+
 // Stages the aliases of one call when the backend cannot read device memory.
 class StageScope {
  public:
@@ -138,11 +230,12 @@ class StageScope {
   }
   // Wait for the collective and copy the host results back into the musa tensors.
   void complete(const c10::intrusive_ptr<Work>& w, const char* name,
-                const c10::intrusive_ptr<c10d::Backend>& b, at::TensorList described) {
+                const c10::intrusive_ptr<c10d::Backend>& b, at::TensorList described,
+                const Watch& watch) {
     if (!on_) return;
     tl_stage = nullptr;
     try {
-      w->wait();
+      wait_watched(w, b, watch);
     } catch (const std::exception& e) {
       rethrow_named(name, b, described, e.what());
     }
@@ -178,9 +271,11 @@ void append_sig(std::string& key, at::TensorList ts) {
   }
 }
 
-void check_signature(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const char* name,
-                     const std::string& extra, at::TensorList first, at::TensorList second = {}) {
-  if (!g_check_on.load(std::memory_order_relaxed) || pg->getSize() < 2) return;
+// Returns what a wait on the call watches for (stalled verified calls, above): Gloo only.
+Watch check_signature(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                      const c10::intrusive_ptr<c10d::Backend>& b, const char* name,
+                      const std::string& extra, at::TensorList first, at::TensorList second = {}) {
+  if (!g_check_on.load(std::memory_order_relaxed) || pg->getSize() < 2) return {};
   const std::string& group = pg->getGroupName();
   std::string key;
   key.reserve(96);
@@ -193,17 +288,27 @@ void check_signature(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const cha
   append_sig(key, first);
   key += '|';
   append_sig(key, second);
+  Watch watch;
+  if (b->getBackendName() != "nccl") {
+    watch.group = group;
+    watch.name = name;
+    watch.extra = extra;
+    watch.tensors.assign(first.begin(), first.end());
+    watch.tensors.insert(watch.tensors.end(), second.begin(), second.end());
+  }
   {
     std::lock_guard<std::mutex> lock(g_verified_mu);
-    if (g_verified.count(key)) return;
+    if (g_verified.count(key)) return watch;
   }
   {
     pybind11::gil_scoped_acquire gil;
     try {
       std::vector<at::Tensor> ts(first.begin(), first.end());
       ts.insert(ts.end(), second.begin(), second.end());
+      // The engine's sequence number places the call (Gloo only: -1 under NCCL).
+      int64_t seq = watch.group.empty() ? -1 : sequence_number(b);
       pybind11::module_::import("torch_musa.distributed.mccl")
-          .attr("_first_use_check")(group, name, extra, ts);
+          .attr("_first_use_check")(group, name, extra, ts, false, seq);
     } catch (pybind11::error_already_set& e) {
       std::string msg = pybind11::str(e.value());
       TORCH_CHECK(false, msg);
@@ -211,6 +316,7 @@ void check_signature(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const cha
   }
   std::lock_guard<std::mutex> lock(g_verified_mu);
   if (g_verified.size() < 65536) g_verified.insert(std::move(key));
+  return watch;
 }
 
 void forget_group(std::string group) {
@@ -276,9 +382,9 @@ c10d::ReduceOp gloo_op(const c10d::ReduceOp& op) {
 class MusaWork : public Work {
  public:
   MusaWork(c10::intrusive_ptr<Work> inner, std::vector<at::Tensor> values, const char* name,
-           c10::intrusive_ptr<c10d::Backend> backend, c10d::OpType type)
+           c10::intrusive_ptr<c10d::Backend> backend, c10d::OpType type, Watch watch)
       : Work(-1, type), inner_(std::move(inner)), name_(name), backend_(std::move(backend)),
-        desc_(values) {
+        desc_(values), watch_(std::move(watch)) {
     fut_ = musa_future(values);
     auto fut = fut_;
     auto vals = std::move(values);
@@ -309,7 +415,10 @@ class MusaWork : public Work {
   std::vector<at::Tensor> result() override { return desc_; }
   bool wait(std::chrono::milliseconds timeout) override {
     try {
-      inner_->wait(timeout);
+      if (timeout == kNoTimeout)
+        wait_watched(inner_, backend_, watch_);
+      else
+        inner_->wait(timeout);
     } catch (const std::exception& e) {
       rethrow_named(name_, backend_, desc_, e.what());
     }
@@ -323,6 +432,7 @@ class MusaWork : public Work {
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::vector<at::Tensor> desc_;
   c10::intrusive_ptr<c10::ivalue::Future> fut_;
+  Watch watch_;
 };
 
 // Work without a future of its own (Gloo's reduce_scatter): complete ours from a
@@ -376,20 +486,20 @@ class MusaWorkNoFuture : public Work {
 c10::intrusive_ptr<Work> finish(const char* name, const c10::intrusive_ptr<c10d::Backend>& b,
                                 c10::intrusive_ptr<Work> work, bool async_op,
                                 std::vector<at::Tensor> values, at::TensorList described,
-                                c10d::OpType type, bool has_future = true) {
+                                c10d::OpType type, const Watch& watch, bool has_future = true) {
   // NCCL's blocking calls run on the current stream and may return no Work (as
   // for cuda tensors, the caller then has nothing to wait on).
   if (!work) return work;
   if (!async_op) {
     try {
-      work->wait();
+      wait_watched(work, b, watch);
     } catch (const std::exception& e) {
       rethrow_named(name, b, described, e.what());
     }
     return work;
   }
   if (has_future || b->getBackendName() == "nccl")  // NCCL's works all have futures
-    return c10::make_intrusive<MusaWork>(std::move(work), std::move(values), name, b, type);
+    return c10::make_intrusive<MusaWork>(std::move(work), std::move(values), name, b, type, watch);
   return c10::make_intrusive<MusaWorkNoFuture>(std::move(work), std::move(values), name, b, type);
 }
 
@@ -403,7 +513,7 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> allreduce_musa(
     bool async_op, int64_t timeout) {
   TORCH_CHECK(!sparse.has_value(), "mccl all_reduce: sparse musa tensors are not supported");
   auto b = musa_backend(pg);
-  check_signature(pg, "all_reduce", op_name(*op), tensors);
+  auto watch = check_signature(pg, b, "all_reduce", op_name(*op), tensors);
   StageScope stage(b);
   auto a = aliases(tensors);
   if (op->op_ == c10d::ReduceOp::PREMUL_SUM)
@@ -415,16 +525,17 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> allreduce_musa(
   } catch (const std::exception& e) {
     rethrow_named("all_reduce", b, tensors, e.what());
   }
-  stage.complete(w, "all_reduce", b, tensors);
+  stage.complete(w, "all_reduce", b, tensors, watch);
   auto vec = tensors.vec();
-  return {vec, finish("all_reduce", b, std::move(w), async_op, vec, tensors, c10d::OpType::ALLREDUCE)};
+  return {vec, finish("all_reduce", b, std::move(w), async_op, vec, tensors, c10d::OpType::ALLREDUCE,
+                      watch)};
 }
 
 std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> broadcast_musa(
     at::TensorList tensors, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t root_rank,
     int64_t root_tensor, bool async_op, int64_t timeout) {
   auto b = musa_backend(pg);
-  check_signature(pg, "broadcast", "root=" + std::to_string(root_rank), tensors);
+  auto watch = check_signature(pg, b, "broadcast", "root=" + std::to_string(root_rank), tensors);
   StageScope stage(b);
   auto a = aliases(tensors);
   c10d::BroadcastOptions o{root_rank, root_tensor, std::chrono::milliseconds(timeout), async_op};
@@ -434,9 +545,10 @@ std::tuple<std::vector<at::Tensor>, c10::intrusive_ptr<Work>> broadcast_musa(
   } catch (const std::exception& e) {
     rethrow_named("broadcast", b, tensors, e.what());
   }
-  stage.complete(w, "broadcast", b, tensors);
+  stage.complete(w, "broadcast", b, tensors, watch);
   auto vec = tensors.vec();
-  return {vec, finish("broadcast", b, std::move(w), async_op, vec, tensors, c10d::OpType::BROADCAST)};
+  return {vec, finish("broadcast", b, std::move(w), async_op, vec, tensors, c10d::OpType::BROADCAST,
+                      watch)};
 }
 
 at::Tensor gather_shape(const at::Tensor& out, const at::Tensor& inp) {
@@ -458,7 +570,7 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> allgather_base_musa(
               "mccl all_gather_into_tensor: input and output tensors have different dtypes (",
               output.scalar_type(), " vs ", input.scalar_type(), ")");
   auto b = musa_backend(pg);
-  check_signature(pg, "all_gather_into_tensor", "", {input, output});
+  auto watch = check_signature(pg, b, "all_gather_into_tensor", "", {input, output});
   StageScope stage(b);
   auto ao = gather_shape(output, input);
   auto ai = host_view(input);
@@ -469,9 +581,9 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> allgather_base_musa(
   } catch (const std::exception& e) {
     rethrow_named("all_gather_into_tensor", b, {input}, e.what());
   }
-  stage.complete(w, "all_gather_into_tensor", b, {input});
+  stage.complete(w, "all_gather_into_tensor", b, {input}, watch);
   return {output, finish("all_gather_into_tensor", b, std::move(w), async_op, {output}, {input},
-                         c10d::OpType::_ALLGATHER_BASE)};
+                         c10d::OpType::_ALLGATHER_BASE, watch)};
 }
 
 std::tuple<at::Tensor, c10::intrusive_ptr<Work>> reduce_scatter_base_musa(
@@ -481,7 +593,7 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> reduce_scatter_base_musa(
               "mccl reduce_scatter_tensor: input and output tensors have different dtypes (",
               output.scalar_type(), " vs ", input.scalar_type(), ")");
   auto b = musa_backend(pg);
-  check_signature(pg, "reduce_scatter_tensor", op_name(*op), {output, input});
+  auto watch = check_signature(pg, b, "reduce_scatter_tensor", op_name(*op), {output, input});
   StageScope stage(b);
   auto ai = gather_shape(input, output);
   if (op->op_ == c10d::ReduceOp::PREMUL_SUM) ai = premul(ai, *op, /*in_place=*/false);
@@ -493,9 +605,9 @@ std::tuple<at::Tensor, c10::intrusive_ptr<Work>> reduce_scatter_base_musa(
   } catch (const std::exception& e) {
     rethrow_named("reduce_scatter_tensor", b, {input}, e.what());
   }
-  stage.complete(w, "reduce_scatter_tensor", b, {input});
+  stage.complete(w, "reduce_scatter_tensor", b, {input}, watch);
   return {output, finish("reduce_scatter_tensor", b, std::move(w), async_op, {output}, {input},
-                         c10d::OpType::_REDUCE_SCATTER_BASE, /*has_future=*/false)};
+                         c10d::OpType::_REDUCE_SCATTER_BASE, watch, /*has_future=*/false)};
 }
 
 std::vector<std::string> native_ops() {

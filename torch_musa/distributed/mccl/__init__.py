@@ -18,5 +18,6 @@ Modules, each importing only those above it:
 from torch_musa.distributed.mccl.backend import NATIVE_OPS, VERSION, engine, install, is_available, version
 from torch_musa.distributed.mccl.errors import MCCLError
 from torch_musa.distributed.mccl.signature import first_use_check as _first_use_check  # noqa: F401  (C++ calls it)
+from torch_musa.distributed.mccl.signature import stalled as _stalled  # noqa: F401  (C++ calls it)
 
 __all__ = ["version", "is_available", "engine", "install", "MCCLError", "VERSION", "NATIVE_OPS"]

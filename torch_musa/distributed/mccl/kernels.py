@@ -19,7 +19,7 @@ from torch._C import _distributed_c10d as _c10d
 from torch_musa.distributed import _C as _mccl_C  # noqa: F401  (defines torch.ops.mccl)
 from torch_musa.distributed.mccl.aliases import STAGE_GLOO, alias, alias_list, alias_lists, run_staged
 from torch_musa.distributed.mccl.errors import InvalidPeerError, MCCLError, named_error
-from torch_musa.distributed.mccl.signature import check, op_name
+from torch_musa.distributed.mccl.signature import check, note_p2p, op_name
 from torch_musa.distributed.mccl.works import (
     CopyBack, Seq, completer, done_work, finish, finish_many, inflight)
 
@@ -257,18 +257,21 @@ def check_peer(name, backend, peer):
 
 def _send(tensors, process_group, dst, tag):
     b = _backend(process_group)
+    note_p2p(process_group)
     w = b.send(alias_list(tensors), dst, tag)
     return finish("send", b, w, True, tensors, tensors, False)
 
 
 def _recv_(tensors, process_group, src, tag):
     b = _backend(process_group)
+    note_p2p(process_group)
     w = b.recv(alias_list(tensors), src, tag)
     return finish("recv", b, w, True, tensors, tensors, False)
 
 
 def _recv_any_source_(tensors, process_group, tag):
     b = _backend(process_group)
+    note_p2p(process_group)
     # The Gloo work carries the source rank (Work._source_rank()): hand it back as is.
     return inflight.add(b.recv_anysource(alias_list(tensors), tag)).boxed()
 
