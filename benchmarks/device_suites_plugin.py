@@ -132,7 +132,47 @@ def pytest_runtest_logfinish(nodeid, location):
     _write(rec)
 
 
+def _fix_self_class_super(items) -> None:
+    """Older files call ``super(self.__class__, self).setUp()``; since the device-type classes
+    derive from the generic class, that recurses forever. Replace such setUp/tearDown with the
+    same source with ``super(<generic class>, self)`` (test_linalg's TestLinalg toggles TF32 there)."""
+    import inspect
+    import textwrap
+
+    seen = set()
+    for item in items:
+        cls = getattr(item, "cls", None)
+        for base in (cls.__mro__ if cls else ()):
+            for name in ("setUp", "tearDown"):
+                fn = base.__dict__.get(name)
+                if fn is None or (base, name) in seen:
+                    continue
+                seen.add((base, name))
+                try:
+                    src = inspect.getsource(fn)
+                except (OSError, TypeError):
+                    continue
+                if "super(self.__class__, self)" not in src:
+                    continue
+
+                code = textwrap.dedent(src).replace("super(self.__class__, self)", "super(_ds_base, self)")
+                ns = dict(fn.__globals__, _ds_base=base)
+                exec(compile(code, inspect.getsourcefile(fn) or "<shim>", "exec"), ns)
+                setattr(base, name, ns[name])
+                _SHIMS.append(f"{base.__name__}.{name}: super(self.__class__)")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if os.environ.get("DEVICE_SUITES_COMPAT", "1") != "0":
+        _fix_self_class_super(items)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
+    if _SHIMS:
+        _write({"shims": _SHIMS})
+
+
+def pytest_sessionfinish(session, exitstatus):
     if _SHIMS:
         _write({"shims": _SHIMS})
