@@ -163,8 +163,10 @@ def run_ids(test_file: str, device: str, ids: list[str], args, work: Path) -> di
                     results[rec["id"]] = rec
         remaining = [i for i in remaining if i not in results]
         attempt = len(list(work.glob(f"{test_file}.{device}.*.jsonl")))
+        wall_file = work / f"{test_file}.{device}.wall"
+        wall = float(wall_file.read_text()) if wall_file.exists() else 0.0
         if not remaining:
-            return {**results, "__wall__": {"wall": 0.0, "processes": 0, "resumed": True}}
+            return {**results, "__wall__": {"wall": wall, "processes": 0, "resumed": True}}
     while remaining and attempt <= args.restarts:
         tag = f"{test_file}.{device}.{attempt}"
         log_path = work / f"{tag}.jsonl"
@@ -227,6 +229,7 @@ def run_ids(test_file: str, device: str, ids: list[str], args, work: Path) -> di
         attempt += 1
     for i in remaining:
         results[i] = {"id": i, "outcome": "notrun", "message": "too many crashes"}
+    (work / f"{test_file}.{device}.wall").write_text(f"{wall:.2f}\n")
     results["__wall__"] = {"wall": round(wall, 2), "processes": attempt + (0 if remaining else 1)}
     return results
 
@@ -349,12 +352,14 @@ def write_reports(state: dict, out_dir: Path, stem: str) -> None:
     (out_dir / f"{stem}.json").write_text(json.dumps(
         {k: v for k, v in state.items() if k != "files"}, indent=1) + "\n")
 
+    regen = (f" (report regenerated {state['report_regenerated']} UTC from that run's results)"
+             if state.get("report_regenerated") else "")
     md = [f"# PyTorch device-generic suites on musa vs CPU\n",
           f"Run: {state['started']} UTC, {state['wall_s'] / 60:.1f} min wall on {state['host']}; "
           f"tests from `{state['pytorch']}` ({state['pytorch_commit']}); torch {state['torch']}; "
           f"profile `{state['profile']}`, TORCH_USE_MUSA_DOUBLE_CAST={int(state['double_cast'])}; "
           f"sample {state['sample'] or 'all'} ids per file (same ids on both devices), "
-          f"per-test limit {state['test_timeout']}s.\n",
+          f"per-test limit {state['test_timeout']}s{regen}.\n",
           "`musa ok` = tests that pass on CPU and also pass on musa, out of those that pass on CPU.\n",
           "`% runnable` leaves out the CPU-passing tests that a device decorator of the test "
           "itself (`onlyCPU`, `onlyNativeDeviceTypes`, ...) skips on any non-native device.\n",
@@ -417,25 +422,30 @@ def plot(rows, path: Path, state: dict) -> None:
     rows = [r for r in rows if r["cpu_passed"]]
     rows.sort(key=lambda r: r["rate"])
     diffs = state["differences"]
-    fig, ax = plt.subplots(figsize=(9, 0.38 * len(rows) + 1.6))
+    fig, ax = plt.subplots(figsize=(9, 0.38 * len(rows) + 2.3))
     names = [r["file"] for r in rows]
     ok = [100 * r["rate"] for r in rows]
-    known = []
-    new = []
+    design, known, new = [], [], []
     for r in rows:
         ds = [d for d in diffs if d["file"] == r["file"]]
-        known.append(100 * sum(d["known"] is not None for d in ds) / r["cpu_passed"])
-        new.append(100 * sum(d["known"] is None for d in ds) / r["cpu_passed"])
+        by_design = [d for d in ds if d["outcome"] == "skipped" and _BY_DESIGN.search(d["message"] or "")]
+        design.append(100 * len(by_design) / r["cpu_passed"])
+        known.append(100 * sum(d["known"] is not None for d in ds if d not in by_design) / r["cpu_passed"])
+        new.append(100 * sum(d["known"] is None for d in ds if d not in by_design) / r["cpu_passed"])
     ax.barh(names, ok, color="#4c9a2a", label="also passes on musa")
-    ax.barh(names, known, left=ok, color="#e0b040", label="fails on musa: known")
-    ax.barh(names, new, left=[a + b for a, b in zip(ok, known)], color="#c03030", label="fails on musa: new")
+    ax.barh(names, design, left=ok, color="#b0b0b0", label="skipped on musa by the test's decorator")
+    left = [a + b for a, b in zip(ok, design)]
+    ax.barh(names, known, left=left, color="#e0b040", label="fails on musa: known reason")
+    left = [a + b for a, b in zip(left, known)]
+    ax.barh(names, new, left=left, color="#c03030", label="fails on musa: new")
     for i, r in enumerate(rows):
         ax.text(101, i, f"{100 * r['rate']:.1f}% of {r['cpu_passed']}", va="center", fontsize=8)
     ax.set_xlim(0, 125)
     ax.set_xlabel("% of the sampled tests that pass on CPU")
     ax.set_title(f"PyTorch device-generic suites: musa ({state['profile']}) vs CPU, "
                  f"sample {state['sample'] or 'all'}/file")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.09 - 0.3 / max(1, len(rows))), ncol=2, fontsize=8,
+              frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -566,6 +576,7 @@ def main(argv=None) -> int:
                         if s not in state["shims"]:
                             state["shims"].append(s)
 
+    all_resumed = bool(jobs) and all(raw.get(j, {}).get("__wall__", {}).get("resumed") for j in jobs)
     for f in files:
         plan = plans[f]
         results = {}
@@ -587,6 +598,14 @@ def main(argv=None) -> int:
                     "known": match_known(key, m.get("message", ""), reasons),
                 })
     state["wall_s"] = time.perf_counter() - t_start
+    meta_path = work / "run_meta.json"
+    if all_resumed and meta_path.exists():
+        # Nothing ran: this is a new report of an earlier run; keep that run's time and date.
+        meta = json.loads(meta_path.read_text())
+        state["started"], state["wall_s"] = meta["started"], meta["wall_s"]
+        state["report_regenerated"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    else:
+        meta_path.write_text(json.dumps({"started": state["started"], "wall_s": state["wall_s"]}))
     state["per_file_plan"] = {f: {k: v for k, v in p.items() if k not in ("by_key", "chosen")} for f, p in plans.items()}
     write_reports(state, out_dir, args.name)
     s = state["summary"]
