@@ -91,11 +91,9 @@ print(torch.get_num_threads(), seen["cpu"], seen["musa"])
 '''
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "musa's backward runs in autograd's musa device thread, which is created at the first "
-    "backward and takes the intra-op thread count of that moment; a DataLoader with "
-    "pin_memory=True and workers sets it to 1 first, so every later musa backward runs "
-    "single-threaded (slower, and reductions round differently from the CPU's backward)"))
+@pytest.mark.requires_host_driver(
+    "the thread count is the host kernels' (csrc/aten/kernel_threads.h): the cuda driver's "
+    "kernels run on the GPU")
 def test_backward_uses_the_callers_intra_op_threads_after_a_pinned_loader(subpython):
     r = subpython(BACKWARD_THREADS)
     assert r.returncode == 0, r.stderr

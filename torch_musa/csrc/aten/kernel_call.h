@@ -7,6 +7,7 @@
 #include "core/MUSACachingAllocator.h"
 #include "core/MUSAGenerator.h"
 #include "aten/kernel_alias.h"
+#include "aten/kernel_threads.h"
 #include "core/Device.h"
 #include "core/MUSAProfiler.h"
 
@@ -81,6 +82,7 @@ class KernelCall {
   [[noreturn]] void mismatch(const at::Tensor& t, const char* arg);
   [[noreturn]] void unsupported(const at::Tensor& t, const char* arg);
 
+  KernelThreads threads_;  // the kernel's intra-op thread count (kernel_threads.h)
   const char* op_;
   const char* overload_;
   c10::DeviceIndex device_ = -1;

@@ -5,6 +5,7 @@
 #include "core/MUSAGenerator.h"
 #include "aten/kernel_alias.h"
 #include "aten/kernel_call.h"
+#include "aten/kernel_threads.h"
 #include "utils/nan_check.h"
 #include "core/Device.h"
 
@@ -153,6 +154,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                        : kernel_alias(self);
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
+  KernelThreads threads;  // a large copy is parallel
   if (C10_UNLIKELY(sync_debug_mode() != 0) && !non_blocking &&
       self.is_privateuseone() != dst.is_privateuseone())
     sync_point("a blocking copy between musa and the host");
@@ -222,6 +224,7 @@ at::Tensor convolution_overrideable(
   const at::Tensor b = bias.value_or(at::Tensor());
   const auto d = common_device({&input, &weight, &b});
   KernelAllocationScope scope(d);
+  KernelThreads threads;
   const auto acc = [&](const at::Tensor& t) { return accumulate_in_float(on_kernel_device(t), input); };
   at::Tensor out = at::convolution(acc(input), acc(weight),
                                    b.defined() ? std::optional<at::Tensor>(acc(b))
@@ -246,6 +249,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups
                                                  : weight.size(0)};
   KernelAllocationScope scope(d);
+  KernelThreads threads;
   const auto acc = [&](const at::Tensor& t) { return accumulate_in_float(on_kernel_device(t), input); };
   auto [gi, gw, gb] = at::convolution_backward(
       acc(grad_output), acc(input), acc(weight),

@@ -18,6 +18,9 @@ namespace torch_musa {
 // aten/kernel_call.cpp: the sync debug mode's check (a stream's synchronize
 // waits for the device, as cudaStreamSynchronize does; a device's does not warn).
 void sync_point(const char* what);
+// aten/kernel_threads.cpp: autograd's device threads take the intra-op thread count
+// of musa's host kernels at each node (the engine guards the node's stream first).
+void kernel_threads_on_stream_guard();
 
 class MUSAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
  public:
@@ -53,6 +56,7 @@ class MUSAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream exchangeStream(c10::Stream s) const override {
     c10::Stream old = current_stream(s.device_index());
     set_current_stream(s);
+    kernel_threads_on_stream_guard();
     return old;
   }
   void* getStreamNativeHandle(const c10::Stream s) const override {
