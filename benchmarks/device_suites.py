@@ -354,6 +354,8 @@ def write_reports(state: dict, out_dir: Path, stem: str) -> None:
 
     regen = (f" (report regenerated {state['report_regenerated']} UTC from that run's results)"
              if state.get("report_regenerated") else "")
+    if state.get("resumed_sessions"):
+        regen += f"; run in {state['resumed_sessions']} sessions (--resume), wall time summed"
     md = [f"# PyTorch device-generic suites on musa vs CPU\n",
           f"Run: {state['started']} UTC, {state['wall_s'] / 60:.1f} min wall on {state['host']}; "
           f"tests from `{state['pytorch']}` ({state['pytorch_commit']}); torch {state['torch']}; "
@@ -380,7 +382,8 @@ def write_reports(state: dict, out_dir: Path, stem: str) -> None:
         md.append(f"| **all** | | | | | **{tot_cpu}** | **{tot_both}** | **{100 * s['rate']:.1f}** | "
                   f"{s['skipped_by_design']} | **{100 * s['rate_runnable']:.1f}** | |")
     est = sum(r["full_run_estimate_s"] for r in rows)
-    md.append(f"\nCollection took {state.get('collect_s', 0) / 60:.1f} min. A run of every collected test of these "
+    md.append(f"\nCollecting the ids took {state.get('collect_s', 0) / 60:.1f} min (cached between runs). "
+              f"A run of every device-generic test of these "
               f"files on both devices would take about {est / 3600:.1f} h of test time at this sample's mean "
               f"per-test time (see `full_run_estimate_s` in the JSON; the heavy OpInfo files dominate).")
     md.append("")
@@ -391,9 +394,22 @@ def write_reports(state: dict, out_dir: Path, stem: str) -> None:
         if n:
             md.append(f"| {c} | {len(n)} | {sum(d['known'] is not None for d in n)} | {sum(d['known'] is None for d in n)} |")
     md.append("")
+    reasons = {}
+    for d in diffs:
+        reasons.setdefault(d["known"] or "(new)", []).append(d)
+    md.append("| reason (device_suites_xfail.yaml) | count | classes |\n| --- | ---: | --- |")
+    for name, ds in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        cls = ", ".join(f"{c} {n}" for c, n in sorted(
+            {c: sum(1 for d in ds if d["class"] == c) for c in CLASSES}.items(), key=lambda kv: -kv[1]) if n)
+        md.append(f"| {name} | {len(ds)} | {cls} |")
+    md.append("")
     for title, sel in (("New differences", lambda d: d["known"] is None),
                        ("Known differences (device_suites_xfail.yaml)", lambda d: d["known"] is not None)):
         items = [d for d in diffs if sel(d)]
+        design = [d for d in items if d["outcome"] == "skipped" and _BY_DESIGN.search(d["message"] or "")]
+        if design and len(design) < len(items):  # the long tail of by-design skips is in the JSON
+            items = [d for d in items if d not in design]
+            title += f"; {len(design)} more skipped by the test's own decorator are in the JSON"
         if not items:
             continue
         md.append(f"### {title}\n")
@@ -605,7 +621,13 @@ def main(argv=None) -> int:
         state["started"], state["wall_s"] = meta["started"], meta["wall_s"]
         state["report_regenerated"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     else:
-        meta_path.write_text(json.dumps({"started": state["started"], "wall_s": state["wall_s"]}))
+        if args.resume and meta_path.exists():  # an earlier session ran part of this: count both
+            meta = json.loads(meta_path.read_text())
+            state["started"] = meta["started"]
+            state["wall_s"] += meta["wall_s"]
+            state["resumed_sessions"] = meta.get("sessions", 1) + 1
+        meta_path.write_text(json.dumps({"started": state["started"], "wall_s": state["wall_s"],
+                                         "sessions": state.get("resumed_sessions", 1)}))
     state["per_file_plan"] = {f: {k: v for k, v in p.items() if k not in ("by_key", "chosen")} for f, p in plans.items()}
     write_reports(state, out_dir, args.name)
     s = state["summary"]
