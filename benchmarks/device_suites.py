@@ -619,6 +619,8 @@ def main(argv=None) -> int:
         # Nothing ran: this is a new report of an earlier run; keep that run's time and date.
         meta = json.loads(meta_path.read_text())
         state["started"], state["wall_s"] = meta["started"], meta["wall_s"]
+        if meta.get("sessions", 1) > 1:
+            state["resumed_sessions"] = meta["sessions"]
         state["report_regenerated"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     else:
         if args.resume and meta_path.exists():  # an earlier session ran part of this: count both
