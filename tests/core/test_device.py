@@ -206,3 +206,23 @@ def test_visible_devices(subpython, spec, count):
     """, {"MUSA_VISIBLE_DEVICES": spec})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(count), str(count > 0)]
+
+
+def test_a_cpu_scalar_is_an_input_never_a_written_argument():
+    """A 0-dim CPU tensor passes as a scalar input (TensorIterator's rule, on CUDA too),
+    but an out= or in-place argument must be on the device: musa wrote an op's result
+    into a CPU `out=` (special.i0e) or failed an internal assert (nonzero.out)."""
+    x = torch.tensor(0.5, device="musa")
+    assert torch.equal((torch.ones(2, device="musa") * torch.tensor(3.0)).cpu(), torch.full((2,), 3.0))
+    out = torch.zeros(())
+    calls = {
+        "boxed fallback": lambda: torch.special.i0e(x, out=out),
+        "unboxed out": lambda: torch.add(x, x, out=out),
+        "in-place self": lambda: out.add_(x),
+        "sized on the host": lambda: torch.nonzero(torch.tensor([0, 1], device="musa"),
+                                                   out=torch.empty((), dtype=torch.long)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match="same device.*musa:0 and cpu"):
+            call()
+        assert out.item() == 0.0, f"{name}: the CPU tensor was written"

@@ -61,9 +61,11 @@ void account(const c10::OperatorHandle& op) {
                "silent|warn|error).");
 }
 
-void see(KernelCall& call, const c10::IValue& v, const char* arg) {
+void see(KernelCall& call, const c10::IValue& v, const c10::Argument& schema_arg) {
+  const char* arg = schema_arg.name().c_str();
   if (v.isTensor()) {
-    call.see(v.toTensor(), arg);
+    const bool written = schema_arg.alias_info() && schema_arg.alias_info()->isWrite();
+    call.see(v.toTensor(), arg, /*index_list=*/false, written);
   } else if (v.isTensorList()) {
     for (const at::Tensor& t : v.toTensorList()) call.see(t, arg);
   } else if (v.isList()) {
@@ -186,7 +188,7 @@ void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stac
   KernelCall call(schema.name().c_str(), schema.overload_name().c_str());
   const auto& args = schema.arguments();
   const size_t first = stack->size() - args.size();
-  for (size_t i = 0; i < args.size(); ++i) see(call, (*stack)[first + i], args[i].name().c_str());
+  for (size_t i = 0; i < args.size(); ++i) see(call, (*stack)[first + i], args[i]);
   const auto device = call.device();
   std::vector<c10::IValue> debug_args;
   const DebugHook hook = debug_hook();

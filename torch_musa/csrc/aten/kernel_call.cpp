@@ -108,7 +108,7 @@ std::string KernelCall::op_name() const {
   return s;
 }
 
-void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list) {
+void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list, bool written) {
   if (!t.defined()) return;
   if (t.is_privateuseone()) {
     // A boolean mask among indices is turned into positions on the host.
@@ -121,7 +121,7 @@ void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list) {
     if (C10_UNLIKELY(!dtype_supported(t.scalar_type())) && !exempt(op_) &&
         !(is_double(t.scalar_type()) && double_cast_enabled()))
       unsupported(t, arg);
-  } else if (t.dim() > 0 && !index_list && !other_.defined()) {
+  } else if ((t.dim() > 0 || written) && !index_list && !other_.defined()) {
     other_ = t;
     other_arg_ = arg;
   }

@@ -53,8 +53,10 @@ class KernelCall {
   KernelCall(const KernelCall&) = delete;
   KernelCall& operator=(const KernelCall&) = delete;
 
-  // Pass 1: every tensor argument, to find the device and check it.
-  void see(const at::Tensor& t, const char* arg, bool index_list = false);
+  // Pass 1: every tensor argument, to find the device and check it. A 0-dim CPU
+  // tensor may come along as a scalar input, as TensorIterator allows; one that is
+  // `written` (an out= or in-place argument) must be on the device, as on CUDA.
+  void see(const at::Tensor& t, const char* arg, bool index_list = false, bool written = false);
   c10::DeviceIndex device();
 
   // Pass 2: the kernels' versions of arguments. `borrow`: `t` outlives the call (the

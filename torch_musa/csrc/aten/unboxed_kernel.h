@@ -19,6 +19,10 @@ namespace torch_musa::unboxed {
 // ---- pass 1: see every tensor ----------------------------------------------
 template <class T> inline void see(KernelCall&, const T&) {}
 inline void see(KernelCall& c, const at::Tensor& t) { c.see(t, "input"); }
+// A mutable reference is an out= or in-place argument: the op writes it.
+inline void see(KernelCall& c, at::Tensor& t) {
+  c.see(t, "out", /*index_list=*/false, /*written=*/true);
+}
 inline void see(KernelCall& c, const std::optional<at::Tensor>& t) {
   if (t) c.see(*t, "input");
 }
