@@ -1,5 +1,7 @@
 """Ctrl-C (SIGINT) during a long synchronize() of a device, a stream or an event raises
-KeyboardInterrupt promptly, as on CUDA, instead of after the device work ends."""
+KeyboardInterrupt promptly, as on CUDA, instead of after the device work ends: through
+torch.musa's functions and through torch's generic ones (torch.accelerator, torch.Stream,
+torch.Event), which reach the driver through the device guard without Python."""
 import pytest
 
 SCRIPT = """
@@ -8,10 +10,21 @@ import os, signal, threading, time, torch, torch_musa
 signal.signal(signal.SIGINT, signal.default_int_handler)
 hz = torch.musa.get_device_properties(0).clock_rate * 1000
 stream = torch.musa.Stream()
+x = torch.ones(2, device="musa")
+def item():                                  # a host read waits for the stream's work
+    with torch.musa.stream(stream):
+        return x[0].item()
 with torch.musa.stream(stream):
-    torch.musa._sleep(int(30 * hz))          # 30 s of device work
+    torch.musa._sleep(int(12 * hz))          # 12 s of device work
     event = torch.musa.Event(); event.record()
-wait = {"device": torch.musa.synchronize, "stream": stream.synchronize, "event": event.synchronize}[WHAT]
+    plain_event = torch.Event(device="musa"); plain_event.record(stream)
+# The same stream as a plain torch.Stream: its synchronize is the guard's.
+plain_stream = torch.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
+                            device_type=stream.device_type)
+wait = {"device": torch.musa.synchronize, "stream": stream.synchronize, "event": event.synchronize,
+        "accelerator": torch.accelerator.synchronize, "torch.Stream": plain_stream.synchronize,
+        "torch.Event": plain_event.synchronize, "c10 stream": lambda: torch.Stream.synchronize(stream),
+        "item": item}[WHAT]
 threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
 t0 = time.perf_counter()
 try:
@@ -23,7 +36,8 @@ print(stream.query())                        # the device is still busy; the pro
 """
 
 
-@pytest.mark.parametrize("what", ["device", "stream", "event"])
+@pytest.mark.parametrize("what", ["device", "stream", "event", "accelerator", "torch.Stream",
+                                  "torch.Event", "c10 stream", "item"])
 def test_sigint_interrupts_a_long_synchronize(subpython, what):
     r = subpython(SCRIPT.replace("WHAT", repr(what)), timeout=60)
     assert r.returncode == 0, r.stderr
@@ -47,3 +61,51 @@ def test_synchronize_still_waits_for_the_work():
         t0 = time.perf_counter()
         {"device": torch.musa.synchronize, "stream": s.synchronize, "event": e.synchronize}[sync]()
         assert time.perf_counter() - t0 > 0.1 and s.query() and e.query()
+
+
+def test_generic_synchronize_still_waits_for_the_work():
+    import time
+
+    import torch
+
+    hz = torch.musa.get_device_properties(0).clock_rate * 1000
+    for sync in ("accelerator", "torch.Stream", "torch.Event"):
+        s = torch.musa.Stream()
+        with torch.musa.stream(s):
+            torch.musa._sleep(int(0.15 * hz))
+            e = torch.Event(device="musa")
+            e.record(s)
+        plain = torch.Stream(stream_id=s.stream_id, device_index=s.device_index,
+                             device_type=s.device_type)
+        t0 = time.perf_counter()
+        {"accelerator": torch.accelerator.synchronize, "torch.Stream": plain.synchronize,
+         "torch.Event": e.synchronize}[sync]()
+        assert time.perf_counter() - t0 > 0.1 and s.query() and e.query()
+
+
+def test_sigint_in_a_thread_other_than_main_does_not_break_its_wait(subpython):
+    """Python runs signal handlers only in the main thread: a wait in another thread runs
+    to its end, and the main thread's KeyboardInterrupt arrives as usual."""
+    r = subpython("""
+        import os, signal, threading, time, torch, torch_musa
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        hz = torch.musa.get_device_properties(0).clock_rate * 1000
+        s = torch.musa.Stream()
+        with torch.musa.stream(s):
+            torch.musa._sleep(int(0.8 * hz))
+        took = []
+        def waiter():
+            t0 = time.perf_counter(); torch.accelerator.synchronize(); took.append(time.perf_counter() - t0)
+        th = threading.Thread(target=waiter); th.start()
+        time.sleep(0.2)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+            print("no interrupt")
+        except KeyboardInterrupt:
+            print("interrupted")
+        th.join()
+        print(took[0] > 0.5, s.query())
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["interrupted", "True", "True"]

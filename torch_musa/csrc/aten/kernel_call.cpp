@@ -1,4 +1,5 @@
 #include "aten/kernel_call.h"
+#include "core/MUSAStream.h"
 
 #include <ATen/Functions.h>
 
@@ -94,7 +95,14 @@ DebugHook debug_hook() { return g_debug_hook.load(std::memory_order_relaxed); }
 void set_debug_hook(DebugHook hook) { g_debug_hook = hook; }
 
 KernelCall::KernelCall(const char* op, const char* overload) : op_(op), overload_(overload) {
-  if (C10_UNLIKELY(sync_debug_mode() != 0) && sync_op(op, overload)) sync_point(op);
+  // A sync op waits for the work queued on its stream (in device(), once the
+  // device is known), as its CUDA kernel does when it reads the size.
+  const bool debug = sync_debug_mode() != 0;
+  if (C10_UNLIKELY(debug || g_host_work_queued.load(std::memory_order_relaxed)) &&
+      sync_op(op, overload)) {
+    if (debug) sync_point(op);
+    host_read_ = true;
+  }
 }
 
 KernelCall::~KernelCall() {
@@ -130,6 +138,10 @@ void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list, bool
 
 c10::DeviceIndex KernelCall::device() {
   if (device_ < 0) device_ = current_device();
+  if (C10_UNLIKELY(host_read_)) {
+    host_read_ = false;
+    wait_for_host_read(current_stream(device_));
+  }
   return device_;
 }
 

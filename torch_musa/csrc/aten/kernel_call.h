@@ -57,6 +57,8 @@ class KernelCall {
   // tensor may come along as a scalar input, as TensorIterator allows; one that is
   // `written` (an out= or in-place argument) must be on the device, as on CUDA.
   void see(const at::Tensor& t, const char* arg, bool index_list = false, bool written = false);
+  // The op's device, once every argument was seen; an op that reads device data
+  // on the host to size its result (nonzero) waits there for the queued work.
   c10::DeviceIndex device();
 
   // Pass 2: the kernels' versions of arguments. `borrow`: `t` outlives the call (the
@@ -88,6 +90,7 @@ class KernelCall {
   const char* op_;
   const char* overload_;
   c10::DeviceIndex device_ = -1;
+  bool host_read_ = false;  // a sync op: device() waits for the queued work
   profiler::KernelSpan span_{op_, overload_, &device_};  // torch.profiler's kernel
   at::Tensor other_;
   const char* other_arg_ = nullptr;

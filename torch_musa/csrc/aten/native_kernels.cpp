@@ -8,6 +8,7 @@
 #include "aten/kernel_threads.h"
 #include "utils/nan_check.h"
 #include "core/Device.h"
+#include "core/MUSAStream.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/Functions.h>
@@ -158,6 +159,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (C10_UNLIKELY(sync_debug_mode() != 0) && !non_blocking &&
       self.is_privateuseone() != dst.is_privateuseone())
     sync_point("a blocking copy between musa and the host");
+  // A blocking copy to the host returns once the work queued on the current
+  // stream has run, as CUDA's does (host_read_wait, driver/Driver.h).
+  if (!non_blocking && self.is_privateuseone() && !dst.is_privateuseone())
+    wait_for_host_read(current_stream(self.device().index()));
   {
     profiler::CopySpan span(!self.is_privateuseone() ? "Memcpy HtoD"
                             : dst.is_privateuseone() ? "Memcpy DtoD" : "Memcpy DtoH",
@@ -177,6 +182,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   sync_point("_local_scalar_dense (.item())");
+  wait_for_host_read(current_stream(self.device().index()));
   return at::_local_scalar_dense(kernel_alias(self));
 }
 

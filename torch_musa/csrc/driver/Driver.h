@@ -14,6 +14,7 @@
 #include <c10/core/Stream.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -38,13 +39,19 @@ struct Driver {
   virtual void memcpy(void* dst, const void* src, size_t nbytes,
                       c10::Stream stream) = 0;
 
-  // Streams: a device-side busy wait, and completion.
+  // Streams: a device-side busy wait (none for nanoseconds <= 0), and completion.
   virtual void stream_sleep(c10::Stream stream, int64_t nanoseconds) = 0;
   virtual bool stream_query(c10::Stream stream) = 0;
   virtual void stream_synchronize(c10::Stream stream) = 0;
   virtual void device_synchronize(c10::DeviceIndex device) = 0;
   // `waiter` does not run past this point until `event` has completed.
   virtual void stream_wait_event(c10::Stream waiter, DriverEvent* event) = 0;
+  // The host is about to read what work on `stream` produced (a blocking copy to
+  // the host, .item(), an op that sizes its result from the data): wait for the
+  // work queued on it, as CUDA's blocking copies do. Called through
+  // wait_for_host_read() below. A driver whose kernels synchronise themselves
+  // there (the cuda driver's are CUDA's) has nothing to do.
+  virtual void host_read_wait(c10::Stream) {}
 
   // Events.
   virtual DriverEvent* event_create(c10::DeviceIndex device, bool timing) = 0;
@@ -104,6 +111,22 @@ struct Driver {
   virtual void set_device(c10::DeviceIndex) {}
 };
 
+// Blocking waits and Ctrl-C. The host driver's waits (stream, event and device
+// synchronisation, host reads) wait in slices of about 20 ms and call this check
+// between slices; it may throw to abandon the wait (the error reaches the caller
+// of the wait). The Python bindings install one that raises a pending
+// KeyboardInterrupt in Python's main thread (python/memory.cpp), so that waits
+// reached through c10 (torch.accelerator, torch.Stream, torch.Event, copies)
+// stop at Ctrl-C as torch.musa.synchronize does. Null: waits run to their end.
+using WaitInterruptCheck = void (*)();
+void set_wait_interrupt_check(WaitInterruptCheck check);
+
+// True once the host driver has queued work that occupies a stream without
+// running on the host (stream_sleep); only then do host reads wait. Until then
+// a host read, and the op path's check for ops that read the data to size their
+// result (aten/kernel_call.cpp), cost one relaxed load of it.
+extern std::atomic<bool> g_host_work_queued;
+
 // The checks every driver's event_elapsed_ms makes, with PyTorch's messages.
 inline void check_elapsed_time(bool timing, bool recorded, bool completed) {
   TORCH_CHECK(timing, "Both events must be created with enable_timing=True to "
@@ -119,5 +142,10 @@ Driver& driver();
 // "host", or "cuda" where the package was built with CUDA. Raises otherwise.
 void select_driver(const std::string& name);
 bool cuda_driver_built();
+
+inline void wait_for_host_read(c10::Stream stream) {
+  if (C10_UNLIKELY(g_host_work_queued.load(std::memory_order_relaxed)))
+    driver().host_read_wait(stream);
+}
 
 }  // namespace torch_musa

@@ -39,12 +39,27 @@ int64_t now_ns() {
       .count();
 }
 
+std::atomic<WaitInterruptCheck> g_interrupt_check{nullptr};
+constexpr int64_t kCheckEveryNs = 20'000'000;  // how often a wait calls the check
+
+// Waits until `t` on the steady clock: sleeps in slices, then yields for the last
+// 100 us. Every kCheckEveryNs the interrupt check may abandon the wait (Driver.h).
 void wait_until(int64_t t) {
-  for (int64_t left = t - now_ns(); left > 0; left = t - now_ns()) {
+  int64_t now = now_ns();
+  int64_t check_at = now + kCheckEveryNs;
+  for (int64_t left = t - now; left > 0; left = t - now) {
     if (left > 200000) {
-      std::this_thread::sleep_for(std::chrono::nanoseconds(left - 100000));
+      std::this_thread::sleep_for(
+          std::chrono::nanoseconds(std::min(left - 100000, check_at - now)));
     } else {
       std::this_thread::yield();
+    }
+    now = now_ns();
+    if (now >= check_at && now < t) {
+      if (WaitInterruptCheck check = g_interrupt_check.load(std::memory_order_acquire))
+        check();
+      now = now_ns();
+      check_at = now + kCheckEveryNs;
     }
   }
 }
@@ -73,6 +88,8 @@ class HostDriver final : public Driver {
   }
 
   void stream_sleep(c10::Stream stream, int64_t ns) override {
+    if (ns <= 0) return;  // as CUDA's spin for a negative count: no work at all
+    g_host_work_queued.store(true, std::memory_order_relaxed);
     std::lock_guard<std::mutex> g(mu_);
     int64_t& ready = ready_[key(stream)];
     ready = std::max(ready, now_ns()) + ns;
@@ -95,6 +112,8 @@ class HostDriver final : public Driver {
     }
     wait_until(latest);
   }
+  // Kernels already ran; what a host read waits for is the stream's timeline.
+  void host_read_wait(c10::Stream stream) override { wait_until(ready_at(stream)); }
   void stream_wait_event(c10::Stream waiter, DriverEvent* event) override {
     if (!event->recorded) return;
     std::lock_guard<std::mutex> g(mu_);
@@ -247,6 +266,12 @@ Driver* make_cuda_driver();  // driver/cuda/CudaDriver.cpp
 
 namespace {
 Driver* g_driver = nullptr;
+}
+
+std::atomic<bool> g_host_work_queued{false};
+
+void set_wait_interrupt_check(WaitInterruptCheck check) {
+  g_interrupt_check.store(check, std::memory_order_release);
 }
 
 c10::Allocator* Driver::kernel_allocator() { return c10::GetCPUAllocator(); }

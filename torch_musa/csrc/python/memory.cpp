@@ -248,6 +248,32 @@ void interruptible(std::function<void()> wait) {
   if (st->error) std::rethrow_exception(st->error);
 }
 
+// The driver's wait interrupt check (driver/Driver.h): waits reached without
+// these bindings (torch.accelerator.synchronize, torch.Stream/torch.Event's
+// synchronize through the guard, a blocking copy, .item()) call it every 20 ms.
+// Only Python's main thread runs signal handlers, so only there is the GIL taken
+// (briefly: the waiting caller has released it) to run them; a handler that
+// raises (KeyboardInterrupt) ends the wait with that error, which torch's
+// bindings hand back to Python. Other threads wait on undisturbed.
+unsigned long g_main_thread = 0;
+
+void raise_pending_signal() {
+  if (PyThread_get_thread_ident() != g_main_thread || !Py_IsInitialized()) return;
+#if PY_VERSION_HEX >= 0x030D0000
+  if (Py_IsFinalizing()) return;
+#else
+  if (_Py_IsFinalizing()) return;
+#endif
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  if (PyErr_CheckSignals() == 0) {
+    PyGILState_Release(gil);
+    return;
+  }
+  py::error_already_set error;  // takes the pending exception, with the GIL
+  PyGILState_Release(gil);
+  throw error;
+}
+
 c10::Stream musa_stream(int device, int64_t id) {
   return c10::Stream(c10::Stream::UNSAFE,
                      c10::Device(c10::DeviceType::PrivateUse1, c10::DeviceIndex(device)), id);
@@ -283,6 +309,9 @@ void synchronize_event(uintptr_t event) {
 }  // namespace
 
 void init_memory(py::module_& m) {
+  g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident")
+                      .cast<unsigned long>();
+  set_wait_interrupt_check(&raise_pending_signal);
   m.def("_set_memory_fraction", [](double f, int d) {
     device_allocator().set_memory_fraction(f, c10::DeviceIndex(d));
   });
