@@ -59,8 +59,10 @@ def _restore_device():
 
 
 MARKERS = {
-    "requires_host_driver(reason)": "checks what only the host driver does (its allocator, its "
-    "hardware profiles, CPU kernels bit for bit); under another driver an expected failure, strict",
+    "requires_host_driver(reason, unsafe_elsewhere=False)": "checks what only the host driver "
+    "does (its allocator, its hardware profiles, CPU kernels bit for bit); under another driver "
+    "an expected failure, strict, or skipped with unsafe_elsewhere=True where running it there "
+    "would harm the process (a GPU kernel's device-side assert poisons its CUDA context)",
     "requires_devices(n)": "needs at least n musa devices; skipped with fewer",
     "requires_profile(*keys, reason=None)": "needs one of these hardware profiles (s80, s4000, "
     "s5000); skipped under any other (the cuda driver's is the GPU's)",
@@ -102,7 +104,11 @@ def requirement_outcome(marks, driver: str, profile: str, devices: int):
                 raise pytest.UsageError("requires_host_driver(reason) needs the reason the test "
                                         "fails under other drivers")
             if driver != "host":
-                fails.append(m.args[0])
+                if m.kwargs.get("unsafe_elsewhere"):
+                    skips.append(f"host driver only, unsafe to run under the {driver} driver: "
+                                 f"{m.args[0]}")
+                else:
+                    fails.append(m.args[0])
     if skips:
         return "skip", "; ".join(skips)
     if fails:

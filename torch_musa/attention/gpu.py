@@ -31,12 +31,14 @@ def _needs_grad(*ts) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
-def _float_mask(mask, dtype):
-    # A boolean mask becomes an additive one, as PyTorch does before its kernels.
+def _float_mask(mask, dtype, cudnn=False):
+    # A boolean mask becomes an additive one, as PyTorch's composite makes it after the
+    # choice, for every kernel the math path included (whose add_ would add a bool mask's
+    # 0/1): -inf where masked, -65504 for cuDNN (convert_boolean_attn_mask_cudnn).
     if mask is None or mask.dtype != torch.bool:
         return mask
     zero = torch.zeros((), dtype=dtype, device=mask.device)
-    return torch.where(mask.logical_not(), float("-inf"), zero)
+    return torch.where(mask.logical_not(), -65504.0 if cudnn else float("-inf"), zero)
 
 
 def _efficient_bias(mask, query, key):
@@ -80,7 +82,9 @@ def sdp_choice(query, key, value, mask=None, dropout_p=0.0, is_causal=False, sca
     tracing modes set aside so that the question leaves no node in the graph.
     """
     aten = torch.ops.aten
-    if not is_fake(query):
+    # The fallback's CUDA aliases carry no autograd: a mask that requires grad, which
+    # CUDA's rule keeps from cuDNN, is asked through stand-ins that require it too.
+    if not is_fake(query) and not (mask is not None and mask.requires_grad):
         return aten._fused_sdp_choice(query, key, value, mask, dropout_p, is_causal,
                                       scale=scale, enable_gqa=enable_gqa)
     with _disable_current_modes():
@@ -92,8 +96,9 @@ def sdp_choice(query, key, value, mask=None, dropout_p=0.0, is_causal=False, sca
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     aten = torch.ops.aten
-    mask = _float_mask(attn_mask, query.dtype)
-    choice = sdp_choice(query, key, value, mask, dropout_p, is_causal, scale, enable_gqa)
+    # PyTorch's composite asks its rule with the mask as given, then converts it.
+    choice = sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    mask = _float_mask(attn_mask, query.dtype, cudnn=choice == CUDNN)
     grad = _needs_grad(query, key, value)
     if choice == FLASH:
         head = query.size(-1)
@@ -111,7 +116,7 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         return aten._scaled_dot_product_cudnn_attention(
             query, key, value, mask, grad, dropout_p, is_causal, False, scale=scale)[0]
     return aten._scaled_dot_product_attention_math(
-        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+        query, key, value, mask, dropout_p, is_causal, None, scale=scale,
         enable_gqa=enable_gqa)[0]
 
 
