@@ -35,6 +35,15 @@ def test_host_driver_tests_are_strict_expected_failures_elsewhere():
     assert kind == "xfail" and reason == "host driver only (cuda driver here): the host allocator's segments"
 
 
+def test_a_host_test_unsafe_elsewhere_is_skipped_not_run():
+    """A strict xfail still runs the test; one whose code would poison the GPU's context
+    (a device-side assert) is skipped under another driver, and runs on the host."""
+    unsafe = pytest.mark.requires_host_driver("an out-of-range index", unsafe_elsewhere=True)
+    kind, reason = requirement_outcome(marks(unsafe), "cuda", "cuda", 2)
+    assert kind == "skip" and "unsafe to run under the cuda driver" in reason
+    assert requirement_outcome(marks(unsafe), "host", "s4000", 2) is None
+
+
 @pytest.mark.parametrize("bad", [pytest.mark.requires_devices(0), pytest.mark.requires_devices("2"),
                                  pytest.mark.requires_profile(), pytest.mark.requires_profile("S4000"),
                                  pytest.mark.requires_host_driver(), pytest.mark.requires_host_driver(" ")])
