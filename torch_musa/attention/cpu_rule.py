@@ -53,6 +53,14 @@ def _hint(n) -> int:
     return int(n)
 
 
+def layout_stand_in(t, device, requires_grad: bool = False):
+    """An uninitialised tensor on ``device`` with ``t``'s sizes, strides (symbolic ones by
+    their hints) and dtype, for asking a device's rule about ``t`` (values never read)."""
+    size, stride = [_hint(n) for n in t.size()], [_hint(n) for n in t.stride()]
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=device)
+    return out.requires_grad_() if requires_grad else out
+
+
 _kernel_alias = None  # torch_musa._C._kernel_alias, bound on first use (import order)
 _ALIAS_IS_CPU = None  # whether that alias is a CPU tensor (host driver; cuda's is a CUDA one)
 
@@ -64,9 +72,7 @@ def _stand_in(t, requires_grad: bool):
     if requires_grad and t.requires_grad and t.is_floating_point():
         # A fresh leaf: an alias may be a pooled TensorImpl of the fallback's (one made
         # under inference mode stays an inference tensor), never to be marked.
-        size = [_hint(n) for n in t.size()]
-        stride = [_hint(n) for n in t.stride()]
-        return torch.empty_strided(size, stride, dtype=t.dtype, device="cpu").requires_grad_()
+        return layout_stand_in(t, "cpu", requires_grad=True)
     if type(t) is torch.Tensor and t.is_cpu:
         return t.detach()
     if _ALIAS_IS_CPU is None:
@@ -77,9 +83,7 @@ def _stand_in(t, requires_grad: bool):
     if (_ALIAS_IS_CPU and type(t) is torch.Tensor and t.device.type == "musa"
             and not torch._C._len_torch_dispatch_stack()):
         return _kernel_alias(t)
-    size = [_hint(n) for n in t.size()]
-    stride = [_hint(n) for n in t.stride()]
-    return torch.empty_strided(size, stride, dtype=t.dtype, device="cpu")
+    return layout_stand_in(t, "cpu")
 
 
 def stand_ins(*tensors, mask_grad: bool = True):

@@ -18,6 +18,8 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 from torch.utils._python_dispatch import _disable_current_modes
 
+from torch_musa.attention.cpu_rule import layout_stand_in
+
 # sdp::SDPBackend, as _fused_sdp_choice returns it.
 MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3
 
@@ -50,23 +52,14 @@ def _efficient_bias(mask, query, key):
     return mask.expand(query.size(0), query.size(1), query.size(2), key.size(2))
 
 
-def _hint(n) -> int:
-    """A size or stride as a number: a symbolic one's value in this trace."""
-    if isinstance(n, torch.SymInt):
-        hint = n.node.hint
-        return int(hint) if hint is not None else 1
-    return int(n)
-
-
 def _stand_in(t):
     """A real tensor of the kernel device with ``t``'s sizes, strides, dtype and
     requires_grad, for asking the kernel device's own rule (values never read)."""
     if t is None:
         return None
     index = t.device.index if t.device.index is not None else 0
-    size, stride = [_hint(n) for n in t.size()], [_hint(n) for n in t.stride()]
-    out = torch.empty_strided(size, stride, dtype=t.dtype, device=torch.device(KERNEL_DEVICE, index))
-    return out.requires_grad_() if t.requires_grad and out.is_floating_point() else out
+    return layout_stand_in(t, torch.device(KERNEL_DEVICE, index),
+                           requires_grad=t.requires_grad and t.is_floating_point())
 
 
 def sdp_choice(query, key, value, mask=None, dropout_p=0.0, is_causal=False, scale=None,
