@@ -35,6 +35,7 @@ struct Failure {
   } while (0)
 
 constexpr int64_t kMiB = int64_t(1) << 20;
+constexpr double kGHz = 1e9;  // a clock at which a cycle is a nanosecond
 
 void configure(int64_t capacity) {
   RuntimeConfig& c = config();
@@ -73,7 +74,7 @@ void driver_stream_timeline() {
   const auto s = stream(1), other = stream(2);
   drv.stream_synchronize(s);
   const auto t0 = Clock::now();
-  drv.stream_sleep(s, 60'000'000);  // 60 ms of device time, queued
+  drv.stream_sleep(s, 60'000'000, kGHz);  // 60 ms of device time, queued
   EXPECT(ms_since(t0) < 30, "sleep is queued, not run on the caller");
   EXPECT(!drv.stream_query(s), "the stream is busy");
   EXPECT(drv.stream_query(other), "another stream is not");
@@ -88,7 +89,7 @@ void driver_events_time_and_order() {
   DriverEvent* start = drv.event_create(0, /*timing=*/true);
   DriverEvent* end = drv.event_create(0, /*timing=*/true);
   drv.event_record(start, s);
-  drv.stream_sleep(s, 40'000'000);
+  drv.stream_sleep(s, 40'000'000, kGHz);
   drv.event_record(end, s);
   EXPECT(!drv.event_query(end), "the end event waits for the sleep");
   drv.stream_wait_event(waiter, end);
@@ -111,8 +112,8 @@ void driver_events_time_and_order() {
 
 void driver_device_synchronize_waits_for_every_stream() {
   Driver& drv = driver();
-  drv.stream_sleep(stream(5, 1), 30'000'000);
-  drv.stream_sleep(stream(6, 1), 50'000'000);
+  drv.stream_sleep(stream(5, 1), 30'000'000, kGHz);
+  drv.stream_sleep(stream(6, 1), 50'000'000, kGHz);
   const auto t0 = Clock::now();
   drv.device_synchronize(1);
   EXPECT(ms_since(t0) >= 40, "device_synchronize waited " << ms_since(t0) << " ms");

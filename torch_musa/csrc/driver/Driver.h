@@ -39,8 +39,9 @@ struct Driver {
   virtual void memcpy(void* dst, const void* src, size_t nbytes,
                       c10::Stream stream) = 0;
 
-  // Streams: a device-side busy wait (none for nanoseconds <= 0), and completion.
-  virtual void stream_sleep(c10::Stream stream, int64_t nanoseconds) = 0;
+  // Streams: a device-side busy wait of `cycles` cycles of a clock at `clock_hz`
+  // (the hardware profile's; none for cycles <= 0), and completion.
+  virtual void stream_sleep(c10::Stream stream, int64_t cycles, double clock_hz) = 0;
   virtual bool stream_query(c10::Stream stream) = 0;
   virtual void stream_synchronize(c10::Stream stream) = 0;
   virtual void device_synchronize(c10::DeviceIndex device) = 0;

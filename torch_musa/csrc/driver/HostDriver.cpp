@@ -87,7 +87,8 @@ class HostDriver final : public Driver {
     if (nbytes) std::memcpy(dst, src, nbytes);
   }
 
-  void stream_sleep(c10::Stream stream, int64_t ns) override {
+  void stream_sleep(c10::Stream stream, int64_t cycles, double clock_hz) override {
+    const auto ns = int64_t(double(cycles) / clock_hz * 1e9);
     if (ns <= 0) return;  // as CUDA's spin for a negative count: no work at all
     g_host_work_queued.store(true, std::memory_order_relaxed);
     std::lock_guard<std::mutex> g(mu_);

@@ -51,8 +51,7 @@ void configure(int device_count, const std::string& profile,
 
 void sleep_cycles(int64_t cycles) {
   const auto d = current_device();
-  driver().stream_sleep(current_stream(d),
-                        int64_t(double(cycles) / config().clock_hz * 1e9));
+  driver().stream_sleep(current_stream(d), cycles, config().clock_hz);
 }
 
 // Never destroyed: a static py::object would drop its reference after Python

@@ -7,7 +7,6 @@
 // kernels run on CUDA-typed aliases of musa memory. Built only where the
 // installed torch has CUDA (setup.py); the CPU build never includes it.
 #include "driver/Driver.h"
-#include "core/Device.h"
 
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -18,6 +17,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include <algorithm>
 
 namespace torch_musa {
 
@@ -76,9 +77,9 @@ class CudaDriver final : public Driver {
                                    cuda_stream(stream).stream()));
   }
 
-  void stream_sleep(c10::Stream stream, int64_t ns) override {
+  void stream_sleep(c10::Stream stream, int64_t cycles, double) override {
     c10::cuda::CUDAStreamGuard g(cuda_stream(stream));
-    at::cuda::sleep(int64_t(double(ns) * config().clock_hz / 1e9));
+    at::cuda::sleep(cycles);  // the GPU's own cycles
   }
   bool stream_query(c10::Stream s) override { return cuda_stream(s).query(); }
   void stream_synchronize(c10::Stream s) override { cuda_stream(s).synchronize(); }
