@@ -19,6 +19,7 @@ std::unordered_set<std::string> g_dtype_exempt;
 std::atomic<int> g_double_cast{-1};
 std::atomic<int> g_sync_debug{0};
 std::atomic<DebugHook> g_debug_hook{nullptr};
+std::atomic<DebugHook> g_value_check_hook{nullptr};
 
 bool exempt(const char* op) {
   std::lock_guard<std::mutex> g(g_policy_mu);
@@ -93,6 +94,8 @@ bool contiguous_input_op(const char* op) {
 }  // namespace
 DebugHook debug_hook() { return g_debug_hook.load(std::memory_order_relaxed); }
 void set_debug_hook(DebugHook hook) { g_debug_hook = hook; }
+DebugHook value_check_hook() { return g_value_check_hook.load(std::memory_order_relaxed); }
+void set_value_check_hook(DebugHook hook) { g_value_check_hook = hook; }
 
 KernelCall::KernelCall(const char* op, const char* overload) : op_(op), overload_(overload) {
   // A sync op waits for the work queued on its stream (in device(), once the

@@ -45,6 +45,13 @@ using DebugHook = void (*)(const char* op, const std::vector<c10::IValue>& args,
 DebugHook debug_hook();
 void set_debug_hook(DebugHook hook);
 
+// The native kernels that produce values without a KernelCall (_copy_from and
+// the two convolutions, native_kernels.cpp) report their results here, as the
+// op hook sees a KernelCall's: the NaN/Inf check (utils/nan_check.h) sets it
+// while armed. Null otherwise, so that one load is all those kernels pay.
+DebugHook value_check_hook();
+void set_value_check_hook(DebugHook hook);
+
 class KernelCall {
  public:
   // `op` is "aten::add" style (no overload), used for messages and policy.

@@ -6,7 +6,6 @@
 #include "aten/kernel_alias.h"
 #include "aten/kernel_call.h"
 #include "aten/kernel_threads.h"
-#include "utils/nan_check.h"
 #include "core/Device.h"
 #include "core/MUSAStream.h"
 
@@ -170,8 +169,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                             int64_t(dst.numel()) * int64_t(dst.element_size()));
     out.copy_(src, non_blocking);
   }
-  if (C10_UNLIKELY(nan_check_armed()))  // NaN/Inf entering musa from a CPU tensor
-    nan_check_op("aten::_copy_from", {self, dst}, {dst});
+  if (DebugHook check = value_check_hook(); C10_UNLIKELY(check != nullptr))
+    check("aten::_copy_from", {self, dst}, {dst});  // NaN/Inf entering musa from a CPU tensor
   return dst;
 }
 
@@ -238,8 +237,8 @@ at::Tensor convolution_overrideable(
                                    stride, padding, dilation, transposed,
                                    output_padding, groups);
   at::Tensor result = to_device(out.to(input.scalar_type()), d);
-  if (C10_UNLIKELY(nan_check_armed()))
-    nan_check_op("aten::convolution_overrideable",
+  if (DebugHook check = value_check_hook(); C10_UNLIKELY(check != nullptr))
+    check("aten::convolution_overrideable",
                  {input, weight, b.defined() ? c10::IValue(b) : c10::IValue()}, {result});
   return result;
 }
@@ -266,9 +265,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   };
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result{back(gi, input), back(gw, weight),
                                                          back(gb, grad_output)};
-  if (C10_UNLIKELY(nan_check_armed()))
-    nan_check_op("aten::convolution_backward_overrideable", {grad_output, input, weight},
-                 {std::get<0>(result), std::get<1>(result), std::get<2>(result)});
+  if (DebugHook check = value_check_hook(); C10_UNLIKELY(check != nullptr))
+    check("aten::convolution_backward_overrideable", {grad_output, input, weight},
+          {std::get<0>(result), std::get<1>(result), std::get<2>(result)});
   return result;
 }
 

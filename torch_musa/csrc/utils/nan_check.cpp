@@ -2,6 +2,7 @@
 #include "utils/nan_check.h"
 
 #include "aten/kernel_alias.h"
+#include "aten/kernel_call.h"
 #include "core/Device.h"
 
 #include <ATen/Parallel.h>
@@ -413,9 +414,11 @@ void nan_check_arm(NanCheckTracker* tracker, int64_t every, int64_t budget, int6
   }
   g_tracker.store(tracker);
   g_nan_check_armed = true;
+  set_value_check_hook(&nan_check_op);  // the native kernels' results (aten/kernel_call.h)
 }
 
 void nan_check_disarm() {
+  set_value_check_hook(nullptr);
   g_nan_check_armed = false;
   std::lock_guard<std::mutex> lk(g_mu);
   g_ops.clear();

@@ -6,7 +6,8 @@
 // the binding layer installed (python/nan_check.cpp: the Python NanInfTracker,
 // utils/compare_tool/nan_inf.py, which names the module, the phase and the source
 // line). The runtime library itself never calls Python. Called through the op hook (aten/kernel_call.h),
-// and directly by the native kernels that do not go through a KernelCall.
+// and, while armed, through the value-check hook there by the native kernels that
+// do not go through a KernelCall.
 #pragma once
 
 #include <ATen/core/ivalue.h>
