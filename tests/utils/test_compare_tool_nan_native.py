@@ -1,4 +1,4 @@
-"""NanInfTracker's native path: the C++ check on musa's op path (csrc/nan_check.cpp)."""
+"""NanInfTracker's native path: the C++ check on musa's op path (csrc/utils/nan_check.cpp)."""
 import warnings
 
 import pytest

@@ -62,8 +62,9 @@ struct Driver {
   virtual void event_synchronize(DriverEvent* event) = 0;
   virtual double event_elapsed_ms(DriverEvent* start, DriverEvent* end) = 0;
 
-  // Graph capture (core/MUSAGraph.cpp records the work, torch_musa/core/graphs.py
-  // drives it; under the cuda driver CUDA graphs capture and these are unused).
+  // Graph capture (torch_musa/core/graphs.py drives it and records the work,
+  // python/graphs.cpp replays it; under the cuda driver CUDA graphs capture and
+  // these are unused).
   // While `stream` captures, the driver refuses what would wait for captured
   // work, as CUDA does: synchronising or querying the capturing stream, or an
   // event recorded on it, always; synchronising the device from any thread

@@ -197,5 +197,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_register_fallback_ops", &register_fallback_for);
   init_nan_check(m);
   init_memory(m);  // python/memory.cpp
-  init_graphs(m);  // core/MUSAGraph.cpp
+  init_graphs(m);  // python/graphs.cpp
 }
