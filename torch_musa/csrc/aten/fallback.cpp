@@ -206,35 +206,21 @@ void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stac
   for (size_t i = 0; i < layout.args.size(); ++i)
     if (layout.written[i]) layout_sync_written(call, layout.args[i].first, layout.args[i].second);
   const size_t rfirst = stack->size() - schema.returns().size();
-  // How many results share each fresh storage: only then may it be adopted.
-  c10::SmallVector<std::pair<c10::StorageImpl*, int>, 4> refs;
-  auto count = [&](const at::Tensor& t) {
-    if (!t.defined() || !t.has_storage()) return;
-    auto* s = t.storage().unsafeGetStorageImpl();
-    for (auto& [impl, n] : refs)
-      if (impl == s) { ++n; return; }
-    refs.emplace_back(s, 1);
-  };
-  auto refs_of = [&](const at::Tensor& t) {
-    if (!t.defined() || !t.has_storage()) return 1;
-    for (auto& [impl, n] : refs)
-      if (impl == t.storage().unsafeGetStorageImpl()) return n;
-    return 1;
-  };
+  ResultStorages refs;
   for (size_t i = rfirst; i < stack->size(); ++i) {
     const c10::IValue& v = (*stack)[i];
-    if (v.isTensor()) count(v.toTensor());
-    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) count(t);
+    if (v.isTensor()) refs.count(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) refs.count(t);
   }
   for (size_t i = rfirst; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
-      v = musa_form(call, layout, v.toTensor(), refs_of(v.toTensor()));
+      v = musa_form(call, layout, v.toTensor(), refs.refs_of(v.toTensor()));
     } else if (v.isTensorList()) {
       auto list = v.toTensorList();
       c10::List<at::Tensor> out;
       out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(musa_form(call, layout, t, refs_of(t)));
+      for (const at::Tensor& t : list) out.push_back(musa_form(call, layout, t, refs.refs_of(t)));
       v = std::move(out);
     }
   }

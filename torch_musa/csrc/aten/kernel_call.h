@@ -52,6 +52,30 @@ void set_debug_hook(DebugHook hook);
 DebugHook value_check_hook();
 void set_value_check_hook(DebugHook hook);
 
+// How many of an op's results share each storage (counted before they are
+// mapped back): to_musa adopts a fresh storage in place only when one result
+// holds it. Shared by the boxed fallback and the unboxed wrappers.
+class ResultStorages {
+ public:
+  void count(const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return;
+    auto* s = t.storage().unsafeGetStorageImpl();
+    for (auto& [impl, n] : refs_)
+      if (impl == s) { ++n; return; }
+    refs_.emplace_back(s, 1);
+  }
+  // The number of results over `t`'s storage (1 for one that was not counted).
+  int refs_of(const at::Tensor& t) const {
+    if (!t.defined() || !t.has_storage()) return 1;
+    for (const auto& [impl, n] : refs_)
+      if (impl == t.storage().unsafeGetStorageImpl()) return n;
+    return 1;
+  }
+
+ private:
+  c10::SmallVector<std::pair<c10::StorageImpl*, int>, 4> refs_;
+};
+
 class KernelCall {
  public:
   // `op` is "aten::add" style (no overload), used for messages and policy.
@@ -76,7 +100,8 @@ class KernelCall {
 
   // After the kernel.
   void sync_written();
-  // A kernel's result as musa: an argument, a view of one, or adopted memory.
+  // A kernel's result as musa: an argument, a view of one, or adopted memory;
+  // `refs_on_stack`: how many results share its storage (ResultStorages).
   at::Tensor to_musa(const at::Tensor& host, int refs_on_stack = 1);
   // The musa argument that `host` stands for, or nullptr.
   const at::Tensor* original_of(const at::Tensor& host) const;

@@ -103,21 +103,7 @@ template <> struct Arg<std::optional<at::Device>> {
 struct Results {
   KernelCall& call;
   c10::SmallVector<const at::Tensor*, 6> args;  // the caller's tensor arguments
-  c10::SmallVector<std::pair<c10::StorageImpl*, int>, 4> refs;
-
-  void count(const at::Tensor& t) {
-    if (!t.defined() || !t.has_storage()) return;
-    auto* s = t.storage().unsafeGetStorageImpl();
-    for (auto& [impl, n] : refs)
-      if (impl == s) { ++n; return; }
-    refs.emplace_back(s, 1);
-  }
-  int refs_of(const at::Tensor& t) {
-    if (!t.defined() || !t.has_storage()) return 1;
-    for (auto& [impl, n] : refs)
-      if (impl == t.storage().unsafeGetStorageImpl()) return n;
-    return 1;
-  }
+  ResultStorages refs;
   // The caller's argument behind a host alias (in-place and out= results).
   const at::Tensor& argument(const at::Tensor& host) {
     const at::Tensor* orig = call.original_of(host);
@@ -128,18 +114,18 @@ struct Results {
   }
 
   template <class R> void count_all(const R&) {}
-  void count_all(const at::Tensor& t) { count(t); }
-  void count_all(const std::vector<at::Tensor>& ts) { for (const auto& t : ts) count(t); }
+  void count_all(const at::Tensor& t) { refs.count(t); }
+  void count_all(const std::vector<at::Tensor>& ts) { for (const auto& t : ts) refs.count(t); }
   template <class... Ts> void count_all(const std::tuple<Ts...>& t) {
     std::apply([&](const auto&... e) { (count_all(e), ...); }, t);
   }
 
   template <class R> R map(R r) { return r; }  // scalars and the like
-  at::Tensor map(const at::Tensor& t) { return call.to_musa(t, refs_of(t)); }
+  at::Tensor map(const at::Tensor& t) { return call.to_musa(t, refs.refs_of(t)); }
   std::vector<at::Tensor> map(const std::vector<at::Tensor>& ts) {
     std::vector<at::Tensor> out;
     out.reserve(ts.size());
-    for (const auto& t : ts) out.push_back(call.to_musa(t, refs_of(t)));
+    for (const auto& t : ts) out.push_back(call.to_musa(t, refs.refs_of(t)));
     return out;
   }
 };
