@@ -8,7 +8,7 @@ from torch.utils.cpp_extension import load
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "torch_musa" / "csrc"
 # The bottom layers only: the driver, the device/stream state, the allocators.
-SOURCES = [CSRC / "driver" / "HostDriver.cpp", CSRC / "core" / "Device.cpp",
+SOURCES = [CSRC / "driver" / "Driver.cpp", CSRC / "driver" / "HostDriver.cpp", CSRC / "core" / "Device.cpp",
            CSRC / "core" / "MUSAStream.cpp", CSRC / "core" / "MUSACachingAllocator.cpp",
            CSRC / "core" / "DriverAllocator.cpp", CSRC / "core" / "PinnedAllocator.cpp"]
 TESTS = ["driver_memory_and_copies", "driver_stream_timeline", "driver_events_time_and_order",
