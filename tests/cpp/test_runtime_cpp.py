@@ -8,9 +8,11 @@ from torch.utils.cpp_extension import load
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "torch_musa" / "csrc"
 # The bottom layers only: the driver, the device/stream state, the allocators.
-SOURCES = [CSRC / "driver" / "Driver.cpp", CSRC / "driver" / "HostDriver.cpp", CSRC / "core" / "Device.cpp",
-           CSRC / "core" / "MUSAStream.cpp", CSRC / "core" / "MUSACachingAllocator.cpp",
-           CSRC / "core" / "DriverAllocator.cpp", CSRC / "core" / "PinnedAllocator.cpp"]
+SOURCES = [CSRC / "driver" / "Driver.cpp", CSRC / "driver" / "HostDriver.cpp"] + [
+    CSRC / "core" / f for f in ("Device.cpp", "MUSAStream.cpp", "DeviceAllocator.cpp",
+                                "MUSACachingAllocator.cpp", "PluggableAllocator.cpp",
+                                "DriverAllocator.cpp", "KernelAllocation.cpp", "Storage.cpp",
+                                "PinnedAllocator.cpp")]
 TESTS = ["driver_memory_and_copies", "driver_stream_timeline", "driver_events_time_and_order",
          "driver_device_synchronize_waits_for_every_stream", "allocator_rounds_counts_and_caches",
          "allocator_out_of_memory_is_clear_and_recoverable", "allocator_fraction_and_split_limit"]

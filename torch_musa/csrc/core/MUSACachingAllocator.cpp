@@ -1,6 +1,5 @@
-// The host driver's device memory: a caching allocator over the driver, the
-// redirect that makes host kernels allocate from its pools, and the choice
-// between it, a driver's own allocator (DriverAllocator.cpp) and a user's.
+// The host driver's device memory: a caching allocator over the driver (the
+// other allocators and what they share: AllocatorInternals.h).
 //
 // It follows CUDA's caching allocator so that sizes and statistics read the
 // same: requests round up to 512 bytes (or to a power-of-two division with
@@ -15,54 +14,34 @@
 // read them unchanged; with history on, blocks and a trace carry stacks.
 #include "core/MUSACachingAllocator.h"
 
+#include "core/AllocatorInternals.h"
 #include "core/Device.h"
 #include "core/MUSAStream.h"
 
-#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <c10/util/flat_hash_map.h>
 #include <torch/csrc/profiler/combined_traceback.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
-#include <iomanip>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <unordered_map>
-
-#include <pthread.h>
 
 namespace torch_musa {
 
-using c10::CachingAllocator::Stat;
-using c10::CachingAllocator::StatArray;
-using c10::CachingAllocator::StatType;
-using c10::CachingDeviceAllocator::DeviceStats;
+using namespace detail;
 
 namespace {
 
 constexpr size_t kMinBlockSize = 512;          // every size rounds to a multiple
-constexpr size_t kSmallSize = size_t(1) << 20;  // largest small-pool request
 constexpr size_t kSmallBuffer = 2 * kSmallSize; // small-pool segment
 constexpr size_t kMinLargeAlloc = 10 * kSmallSize;  // below: a 20 MiB segment
 constexpr size_t kLargeBuffer = 20 * kSmallSize;
 constexpr size_t kRoundLarge = 2 * kSmallSize;  // large segments round to 2 MiB
-
-std::string format_size(size_t bytes) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(2);
-  if (bytes < (size_t(1) << 10)) os << bytes << " bytes";
-  else if (bytes < (size_t(1) << 20)) os << bytes / 1024.0 << " KiB";
-  else if (bytes < (size_t(1) << 30)) os << bytes / 1048576.0 << " MiB";
-  else os << bytes / 1073741824.0 << " GiB";
-  return os.str();
-}
 
 struct BlockPool;
 struct PrivatePool;
@@ -208,44 +187,6 @@ size_t segment_size(size_t size) {
 
 // ---- statistics ---------------------------------------------------------------
 
-// The aggregate and the pool's entry. Every malloc/free updates five arrays,
-// so this stays inline: the loop over an initializer list it replaced cost
-// ~35 instructions a call (700 per alloc+free).
-inline __attribute__((always_inline)) void update(StatArray& arr, bool small, int64_t amount) {
-  Stat& all = arr[static_cast<size_t>(StatType::AGGREGATE)];
-  Stat& pool = arr[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)];
-  if (amount >= 0) {
-    all.increase(size_t(amount));
-    pool.increase(size_t(amount));
-  } else {
-    all.decrease(size_t(-amount));
-    pool.decrease(size_t(-amount));
-  }
-}
-
-// DeviceStats counts reserved bytes per private pool from torch 2.13 on; older
-// builds (the GPU machine's 2.11) have no such field.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
-#define MUSA_PER_POOL_RESERVED_STATS 1
-#else
-#define MUSA_PER_POOL_RESERVED_STATS 0
-#endif
-
-// Every per-pool statistic of a device, for the resets.
-template <typename Fn>
-void for_each_stat(DeviceStats& s, Fn fn) {
-  for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
-                       &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
-                       &s.inactive_split_bytes, &s.requested_bytes})
-    for (Stat& st : *a) fn(st);
-#if MUSA_PER_POOL_RESERVED_STATS
-  for (auto& [id, arr] : s.reserved_bytes_by_private_pools)
-    for (Stat& st : arr) fn(st);
-#endif
-  fn(s.oversize_allocations);
-  fn(s.oversize_segments);
-}
-
 int64_t reserved(c10::DeviceIndex d) {
   return g_dev[d].stats.reserved_bytes[0].current;
 }
@@ -324,8 +265,8 @@ c10::MempoolId_t pool_id(const BlockPool* p) {
 void count_inactive(Block* b, int sign) {
   if (b->is_split()) {
     PerDevice& pd = g_dev[b->device];
-    update(pd.stats.inactive_split, b->pool->is_small, sign);
-    update(pd.stats.inactive_split_bytes, b->pool->is_small, sign * int64_t(b->size));
+    update_stat(pd.stats.inactive_split, b->pool->is_small, sign);
+    update_stat(pd.stats.inactive_split_bytes, b->pool->is_small, sign * int64_t(b->size));
   }
 }
 
@@ -404,14 +345,14 @@ void release_segment(Block* b) {
   PerDevice& pd = g_dev[b->device];
   const bool small = b->pool->is_small;
   erase_free(b);
-  update(pd.stats.reserved_bytes, small, -int64_t(b->size));
-  update(pd.stats.segment, small, -1);
+  update_stat(pd.stats.reserved_bytes, small, -int64_t(b->size));
+  update_stat(pd.stats.segment, small, -1);
   if (b->size >= g_settings.max_split_size) pd.stats.oversize_segments.decrease(1);
   pd.stats.num_device_free++;
   if (PrivatePool* owner = b->pool->owner) {
     owner->segments--;
 #if MUSA_PER_POOL_RESERVED_STATS
-    update(pd.stats.reserved_bytes_by_private_pools[owner->id], small, -int64_t(b->size));
+    update_stat(pd.stats.reserved_bytes_by_private_pools[owner->id], small, -int64_t(b->size));
 #endif
   }
   record_trace(TraceEntry::SEGMENT_FREE, b->device, reinterpret_cast<uintptr_t>(b->ptr),
@@ -499,14 +440,14 @@ Block* new_segment(c10::DeviceIndex d, BlockPool& pool, size_t size, int64_t str
   Block* b = make_block(d, stream, size, &pool, p);
   g_blocks.emplace(reinterpret_cast<uintptr_t>(p), b);
   g_segments.emplace(reinterpret_cast<uintptr_t>(p), Segment{d, size, &pool, stream, ctx});
-  update(pd.stats.reserved_bytes, pool.is_small, int64_t(size));
-  update(pd.stats.segment, pool.is_small, 1);
+  update_stat(pd.stats.reserved_bytes, pool.is_small, int64_t(size));
+  update_stat(pd.stats.segment, pool.is_small, 1);
   if (size >= g_settings.max_split_size) pd.stats.oversize_segments.increase(1);
   pd.stats.num_device_alloc++;
   if (pool.owner) {
     pool.owner->segments++;
 #if MUSA_PER_POOL_RESERVED_STATS
-    update(pd.stats.reserved_bytes_by_private_pools[pool.owner->id], pool.is_small, int64_t(size));
+    update_stat(pd.stats.reserved_bytes_by_private_pools[pool.owner->id], pool.is_small, int64_t(size));
 #endif
   }
   record_trace(TraceEntry::SEGMENT_ALLOC, d, reinterpret_cast<uintptr_t>(p), size, stream,
@@ -617,11 +558,11 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
   b->requested = nbytes;
   b->stream = sid;
   if (g_context_level.load() >= int(RecordContext::STATE)) b->context = ctx;
-  update(pd.stats.allocation, small, 1);
-  update(pd.stats.active, small, 1);
-  update(pd.stats.allocated_bytes, small, int64_t(b->size));
-  update(pd.stats.active_bytes, small, int64_t(b->size));
-  update(pd.stats.requested_bytes, small, int64_t(nbytes));
+  update_stat(pd.stats.allocation, small, 1);
+  update_stat(pd.stats.active, small, 1);
+  update_stat(pd.stats.allocated_bytes, small, int64_t(b->size));
+  update_stat(pd.stats.active_bytes, small, int64_t(b->size));
+  update_stat(pd.stats.requested_bytes, small, int64_t(nbytes));
   if (b->size >= g_settings.max_split_size) pd.stats.oversize_allocations.increase(1);
   record_trace(TraceEntry::ALLOC, d, reinterpret_cast<uintptr_t>(b->ptr), b->size, sid,
                pool_id(b->pool),
@@ -637,11 +578,11 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
   const auto id = pool_id(b->pool);
   record_trace(TraceEntry::FREE_REQUESTED, b->device, reinterpret_cast<uintptr_t>(b->ptr),
                b->size, b->stream, id, ctx);
-  update(pd.stats.allocation, small, -1);
-  update(pd.stats.active, small, -1);
-  update(pd.stats.allocated_bytes, small, -int64_t(b->size));
-  update(pd.stats.active_bytes, small, -int64_t(b->size));
-  update(pd.stats.requested_bytes, small, -int64_t(b->requested));
+  update_stat(pd.stats.allocation, small, -1);
+  update_stat(pd.stats.active, small, -1);
+  update_stat(pd.stats.allocated_bytes, small, -int64_t(b->size));
+  update_stat(pd.stats.active_bytes, small, -int64_t(b->size));
+  update_stat(pd.stats.requested_bytes, small, -int64_t(b->requested));
   if (b->size >= g_settings.max_split_size) pd.stats.oversize_allocations.decrease(1);
   // Kernels run eagerly on the host: the block is free now, not after a stream.
   record_trace(TraceEntry::FREE_COMPLETED, b->device, reinterpret_cast<uintptr_t>(b->ptr),
@@ -941,371 +882,22 @@ bool CachingAllocator::is_live(const void* ptr) {
   return it != g_blocks.end() && it->second->allocated;
 }
 
-// ---- a user's malloc/free ----------------------------------------------------
-
-namespace {
-
-// MUSAPluggableAllocator: every musa allocation through the user's functions,
-// no caching; statistics count what it handed out.
-class PluggableAllocator final : public DeviceAllocator {
- public:
-  explicit PluggableAllocator(std::shared_ptr<RawAllocatorFns> fns) : fns_(std::move(fns)) {}
-  c10::DeleterFnPtr raw_deleter() const override { return &free_ptr; }
-  void emptyCache(c10::MempoolId_t) override {}
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}
-  DeviceStats getDeviceStats(c10::DeviceIndex d) override {
-    check_device(d);
-    std::lock_guard<std::mutex> g(mu_);
-    return stats_[d];
-  }
-  void resetAccumulatedStats(c10::DeviceIndex d) override {
-    check_device(d);
-    std::lock_guard<std::mutex> g(mu_);
-    for_each_stat(stats_[d], [](Stat& s) { s.reset_accumulated(); });
-  }
-  void resetPeakStats(c10::DeviceIndex d) override {
-    check_device(d);
-    std::lock_guard<std::mutex> g(mu_);
-    for_each_stat(stats_[d], [](Stat& s) { s.reset_peak(); });
-  }
-  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex d) override {
-    check_device(d);
-    std::lock_guard<std::mutex> g(mu_);
-    const int64_t total = config().capacity_bytes;
-    return {size_t(std::max<int64_t>(0, total - stats_[d].reserved_bytes[0].current)),
-            size_t(total)};
-  }
-  void set_memory_fraction(double, c10::DeviceIndex) override {
-    TORCH_CHECK(false, "set_per_process_memory_fraction: the current allocator is a "
-                "MUSAPluggableAllocator, which keeps no limits of its own");
-  }
-  void set_settings(const AllocatorSettings&) override {}
-  int device_of(const void* ptr) override {
-    const auto p = reinterpret_cast<uintptr_t>(ptr);
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = live_.upper_bound(p);
-    if (it == live_.begin()) return -1;
-    --it;
-    return p < it->first + it->second.size ? it->second.device : -1;
-  }
-  bool is_live(const void* ptr) override {
-    std::lock_guard<std::mutex> g(mu_);
-    return live_.count(reinterpret_cast<uintptr_t>(ptr)) > 0;
-  }
-  std::string backend() const override { return "pluggable"; }
-
-  static PluggableAllocator* current;
-
- protected:
-  c10::DataPtr allocate_bytes(c10::DeviceIndex d, size_t nbytes, c10::Device tag) override {
-    const int64_t stream = current_stream(d).id();
-    void* p = fns_->alloc(ssize_t(nbytes), d, reinterpret_cast<void*>(stream));
-    TORCH_CHECK_WITH(OutOfMemoryError, p, "MUSA out of memory. Tried to allocate ",
-                     format_size(nbytes), " on musa:", int(d),
-                     " through the MUSAPluggableAllocator, whose allocation function "
-                     "returned NULL.");
-    std::lock_guard<std::mutex> g(mu_);
-    live_[reinterpret_cast<uintptr_t>(p)] = Live{d, nbytes, stream};
-    count(d, nbytes, 1);
-    return c10::DataPtr(p, p, &free_ptr, tag);
-  }
-
- private:
-  struct Live {
-    c10::DeviceIndex device;
-    size_t size;
-    int64_t stream;
-  };
-  void count(c10::DeviceIndex d, size_t n, int sign) {
-    DeviceStats& s = stats_[d];
-    const bool small = n <= kSmallSize;
-    for (StatArray* a : {&s.allocation, &s.segment, &s.active})
-      update(*a, small, sign);
-    for (StatArray* a : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
-                         &s.requested_bytes})
-      update(*a, small, sign * int64_t(n));
-    (sign > 0 ? s.num_device_alloc : s.num_device_free)++;
-  }
-  static void free_ptr(void* p) {
-    if (!p) return;
-    PluggableAllocator& self = *current;
-    Live l;
-    {
-      std::lock_guard<std::mutex> g(self.mu_);
-      auto it = self.live_.find(reinterpret_cast<uintptr_t>(p));
-      TORCH_INTERNAL_ASSERT(it != self.live_.end(), "musa: freeing unknown pointer");
-      l = it->second;
-      self.live_.erase(it);
-      self.count(l.device, l.size, -1);
-    }
-    self.fns_->free(p, ssize_t(l.size), l.device, reinterpret_cast<void*>(l.stream));
-  }
-  std::shared_ptr<RawAllocatorFns> fns_;
-  std::mutex mu_;
-  std::map<uintptr_t, Live> live_;
-  DeviceStats stats_[kMaxDevices];
-};
-PluggableAllocator* PluggableAllocator::current = nullptr;
-
-std::atomic<DeviceAllocator*> g_user_allocator{nullptr};
-
-}  // namespace
-
-// ---- what every allocator shares ---------------------------------------------
-
-c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
-  const auto d = current_device();
-  return allocate_on(d, nbytes, c10::Device(c10::DeviceType::PrivateUse1, d));
-}
-
-c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex d, size_t nbytes,
-                                          c10::Device tag) {
-  check_not_forked();
-  check_device(d);
-  mark_initialized();
-  if (nbytes == 0) return c10::DataPtr(nullptr, tag);
-  return allocate_bytes(d, nbytes, tag);
-}
-
-void DeviceAllocator::copy_data(void* dst, const void* src, std::size_t n) const {
-  driver().memcpy(dst, src, n, current_stream(current_device()));
-}
-
-#define TORCH_MUSA_UNSUPPORTED(what)                                                 \
-  TORCH_CHECK(false, what, " is not supported by the current musa allocator (",   \
-              backend(), ", ", driver().name(), " driver)")
-
-MemorySnapshot DeviceAllocator::snapshot(c10::MempoolId_t) {
-  TORCH_MUSA_UNSUPPORTED("a memory snapshot");
-}
-void DeviceAllocator::record_history(const HistorySettings&) {
-  TORCH_MUSA_UNSUPPORTED("recording memory history");
-}
-void DeviceAllocator::create_pool(c10::DeviceIndex, c10::MempoolId_t,
-                                  std::shared_ptr<RawAllocatorFns>, bool, bool) {
-  TORCH_MUSA_UNSUPPORTED("MemPool");
-}
-void DeviceAllocator::begin_allocate_to_pool(c10::DeviceIndex, c10::MempoolId_t, PoolFilter) {
-  TORCH_MUSA_UNSUPPORTED("MemPool");
-}
-void DeviceAllocator::end_allocate_to_pool(c10::DeviceIndex, c10::MempoolId_t) {
-  TORCH_MUSA_UNSUPPORTED("MemPool");
-}
-void DeviceAllocator::release_pool(c10::DeviceIndex, c10::MempoolId_t) {
-  TORCH_MUSA_UNSUPPORTED("MemPool");
-}
-int DeviceAllocator::pool_use_count(c10::DeviceIndex, c10::MempoolId_t) {
-  TORCH_MUSA_UNSUPPORTED("MemPool");
-}
-#undef TORCH_MUSA_UNSUPPORTED
-
-void check_memory_fraction(double fraction, c10::DeviceIndex d) {
-  check_device(d);
-  TORCH_CHECK(fraction >= 0 && fraction <= 1,
-              "Invalid fraction value: ", fraction, ". Allowed range: 0~1");
-}
-
-namespace {
-CachingAllocator& caching_allocator() {
+CachingAllocator& detail::caching_allocator() {
   static CachingAllocator caching;
   return caching;
 }
-}  // namespace
 
-DeviceAllocator& device_allocator() {
-  if (DeviceAllocator* user = g_user_allocator.load(std::memory_order_acquire)) return *user;
-  static DriverAllocator driver_owned;
-  if (config().native_allocator) return driver_owned;
-  return caching_allocator();
+void detail::caching_mark_unified(const void* p) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p));
+  if (it != g_blocks.end()) it->second->unified = true;
 }
 
-void use_pluggable_allocator(std::shared_ptr<RawAllocatorFns> fns) {
-  TORCH_CHECK(fns && fns->alloc && fns->free, "a pluggable allocator needs both functions");
-  TORCH_CHECK(!config().native_allocator,
-              "change_current_allocator: under the ", driver().name(),
-              " driver musa memory is the driver's allocator's; use its own API "
-              "(torch.cuda.memory.change_current_allocator)");
-  TORCH_CHECK(!g_user_allocator.load() && !caching_allocator().used(),
-              "change_current_allocator: Can't swap an already initialized allocator "
-              "(musa memory was allocated already); call it before the first musa tensor");
-  // Never freed: tensors may outlive any Python object that named it.
-  auto* a = new PluggableAllocator(std::move(fns));
-  PluggableAllocator::current = a;
-  g_user_allocator.store(a, std::memory_order_release);
-  c10::SetAllocator(c10::DeviceType::PrivateUse1, a);
-}
-
-c10::MempoolId_t new_pool_id(bool user_pool) {
-  static std::atomic<c10::CaptureId_t> uid{1};
-  const auto n = uid++;
-  return user_pool ? c10::MempoolId_t{0, n} : c10::MempoolId_t{n, 0};
-}
-
-// ---- host kernels allocating device memory ---------------------------------
-
-namespace {
-TORCH_MUSA_FAST_TLS thread_local int t_redirect = -1;
-c10::DeleterFnPtr g_host_raw_deleter = nullptr;
-std::atomic<int> g_unified{-1};
-std::atomic<bool> g_unified_used{false};
-
-// Managed memory of a driver that has its own (CUDA's): pointer -> device.
-std::mutex g_managed_mu;
-ska::flat_hash_map<uintptr_t, c10::DeviceIndex>& g_managed =
-    *new ska::flat_hash_map<uintptr_t, c10::DeviceIndex>();
-
-void free_managed(void* p) {
-  {
-    std::lock_guard<std::mutex> g(g_managed_mu);
-    g_managed.erase(reinterpret_cast<uintptr_t>(p));
-  }
-  driver().free_managed(p);
-}
-
-c10::DataPtr allocate_managed(c10::DeviceIndex device, size_t n) {
-  void* p = driver().malloc_managed(device, n);
-  TORCH_CHECK_WITH(OutOfMemoryError, p,
-                   "musa unified memory: could not allocate ", n, " bytes of ",
-                   driver().name(), " managed memory for musa:", int(device));
-  {
-    std::lock_guard<std::mutex> g(g_managed_mu);
-    g_managed[reinterpret_cast<uintptr_t>(p)] = device;
-  }
-  return {p, p, &free_managed, c10::Device(c10::DeviceType::CPU)};
-}
-
-// The musa device whose unified memory `p` starts, or -1.
-int unified_device_of(void* p) {
-  if (driver().has_managed_memory()) {
-    std::lock_guard<std::mutex> g(g_managed_mu);
-    auto it = g_managed.find(reinterpret_cast<uintptr_t>(p));
-    return it == g_managed.end() ? -1 : it->second;
-  }
+int detail::caching_unified_device_of(const void* p) {
   std::lock_guard<std::mutex> g(g_mu);
   auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p));
   if (it == g_blocks.end() || !it->second->allocated || !it->second->unified) return -1;
   return it->second->device;
 }
-
-// A CPU tensor's memory that musa `device` uses in place: the driver's managed
-// memory, or else a block of the device's pool (host RAM) marked as unified.
-c10::DataPtr allocate_unified(c10::DeviceIndex device, size_t n) {
-  g_unified_used = true;
-  if (driver().has_managed_memory()) return allocate_managed(device, n);
-  c10::DataPtr p = device_allocator().allocate_on(device, n, c10::Device(c10::DeviceType::CPU));
-  if (p.get() && &device_allocator() == &caching_allocator()) {
-    std::lock_guard<std::mutex> g(g_mu);
-    auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p.get()));
-    if (it != g_blocks.end()) it->second->unified = true;
-  }
-  return p;
-}
-
-// raw_allocate()/raw_deallocate() callers (oneDNN among them) free through
-// raw_deleter(), whichever mode allocated the pointer.
-void kernel_raw_free(void* p) {
-  if (p && device_allocator().is_live(p)) device_allocator().raw_deleter()(p);
-  else if (p && driver().has_managed_memory() && unified_device_of(p) >= 0) free_managed(p);
-  else g_host_raw_deleter(p);
-}
-struct KernelAllocationRedirect final : c10::Allocator {
-  c10::Allocator* host = nullptr;
-  c10::DataPtr allocate(size_t n) override {
-    if (t_redirect >= 0)
-      return device_allocator().allocate_on(
-          static_cast<c10::DeviceIndex>(t_redirect), n,
-          c10::Device(c10::DeviceType::CPU));
-    const int unified = g_unified.load(std::memory_order_relaxed);
-    if (C10_UNLIKELY(unified >= 0) && n > 0)
-      return allocate_unified(static_cast<c10::DeviceIndex>(unified), n);
-    return host->allocate(n);
-  }
-  c10::DeleterFnPtr raw_deleter() const override {
-    return g_host_raw_deleter ? &kernel_raw_free : nullptr;
-  }
-  void copy_data(void* dst, const void* src, std::size_t n) const override {
-    std::memcpy(dst, src, n);
-  }
-};
-KernelAllocationRedirect g_kernel_allocation_redirect;
-}  // namespace
-
-KernelAllocationScope::KernelAllocationScope(c10::DeviceIndex device) : prev_(t_redirect) {
-  // Only CPU kernels allocate through the CPU allocator on musa's behalf.
-  if (C10_LIKELY(config().kernel_type == c10::DeviceType::CPU)) t_redirect = device;
-}
-KernelAllocationScope::~KernelAllocationScope() { t_redirect = prev_; }
-
-void install_kernel_allocation_redirect() {
-  if (g_kernel_allocation_redirect.host) return;
-  g_kernel_allocation_redirect.host = c10::GetCPUAllocator();
-  g_host_raw_deleter = g_kernel_allocation_redirect.host->raw_deleter();
-  c10::SetCPUAllocator(&g_kernel_allocation_redirect, /*priority=*/1);
-}
-
-void set_unified_cpu_allocator(int device) {
-  if (device >= 0) {
-    check_device(c10::DeviceIndex(device));
-    TORCH_CHECK(driver().has_managed_memory() ||
-                    (config().kernel_type == c10::DeviceType::CPU && !config().native_allocator),
-                "unified memory (cpu:unified, use_unified_cpu_allocator) needs the host "
-                "driver or a driver with managed memory; the ", driver().name(),
-                " driver has none");
-    TORCH_CHECK(g_kernel_allocation_redirect.host,
-                "unified memory needs the musa runtime registered first (import torch_musa)");
-  }
-  // A forked child (a DataLoader worker) may not use musa: its CPU tensors are plain.
-  static const bool at_fork = [] {
-    return pthread_atfork(nullptr, nullptr, [] { g_unified.store(-1); }) == 0;
-  }();
-  (void)at_fork;
-  g_unified.store(device);
-}
-
-int unified_cpu_allocator() { return g_unified.load(); }
-
-namespace {
-// The musa storage takes a reference on the CPU one and frees through it.
-void release_shared_storage(void* ctx) {
-  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
-}
-
-bool whole_storage(const at::Tensor& t) {
-  return t.storage_offset() == 0 && t.is_contiguous() &&
-         size_t(t.numel()) * t.element_size() == t.storage().nbytes();
-}
-}  // namespace
-
-bool share_unified(const at::Tensor& src, const at::Tensor& dst) {
-  if (!g_unified_used.load(std::memory_order_relaxed) || !src.device().is_cpu() || !dst.is_privateuseone() || src.dtype() != dst.dtype() ||
-      src.sizes() != dst.sizes() || !src.has_storage() || !dst.has_storage() ||
-      !whole_storage(src) || !whole_storage(dst) || src.storage().nbytes() == 0 ||
-      src.storage().nbytes() != dst.storage().nbytes())
-    return false;
-  c10::StorageImpl* hs = src.storage().unsafeGetStorageImpl();
-  void* p = hs->mutable_data();
-  if (unified_device_of(p) != dst.device().index()) return false;
-  c10::raw::intrusive_ptr::incref(hs);
-  c10::DataPtr shared(p, hs, &release_shared_storage, dst.device());
-  // The fresh device block goes back to the cache; nothing is copied.
-  dst.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(shared));
-  return true;
-}
-
-void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
-  TORCH_CHECK(storage->resizable(),
-              "Trying to resize storage that is not resizable");
-  const auto device = storage->device();
-  c10::DataPtr fresh(nullptr, device);  // resized to 0, the storage stays musa's
-  if (nbytes)
-    fresh = device_allocator().allocate_on(device.index(), nbytes, device);
-  const size_t keep = std::min(nbytes, storage->nbytes());
-  if (keep)
-    driver().memcpy(fresh.get(), storage->data(), keep,
-                    current_stream(device.index()));
-  storage->set_data_ptr_noswap(std::move(fresh));
-  storage->set_nbytes(nbytes);
-}
-
 
 }  // namespace torch_musa

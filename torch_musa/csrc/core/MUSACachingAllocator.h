@@ -57,7 +57,8 @@ using PoolFilter = std::function<bool(c10::Stream)>;
 // memory pools. Implementations, chosen by the driver or the user: the host
 // driver's caching allocator over Driver::malloc (MUSACachingAllocator.cpp), a
 // driver's own caching allocator (DriverAllocator.cpp: CUDA's), and a user's
-// malloc/free (PluggableAllocator). What an implementation lacks raises.
+// malloc/free (PluggableAllocator.cpp); the shared base and the choice among
+// them: DeviceAllocator.cpp. What an implementation lacks raises.
 class DeviceAllocator : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) final;  // on the current device
