@@ -237,9 +237,9 @@ def test_blocks_and_fast_path_equal_one_libcst_pass(monkeypatch):
     from torch_musa.utils.musa_converter import python_rewriter as pr
     t = load_table()
     src = _mixed(500)                      # 11,500 lines: parsed in blocks
-    assert src.count("\n") > 2 * pr._SPLIT
+    assert src.count("\n") > 2 * pr.blocks._SPLIT
     got = pr.convert_source(src, t)
-    monkeypatch.setattr(pr, "_SPLIT", 10 ** 9)
+    monkeypatch.setattr(pr.blocks, "_SPLIT", 10 ** 9)
     monkeypatch.setattr(pr, "_FAST", False)
     want = pr.convert_source(src, t)
     assert got.source == want.source and got.counts == want.counts
