@@ -207,17 +207,32 @@ def test_autocast_float32_and_set_autocast_enabled():
     assert not torch.is_autocast_enabled("musa")
 
 
-@pytest.mark.requires_profile("s80", reason="float64 refused: the MTT S80 lacks it")
-def test_double_cast_env_read_when_ops_run(monkeypatch):
-    x = torch.ones(3, dtype=torch.float64, device="musa")
-    monkeypatch.delenv("TORCH_USE_MUSA_DOUBLE_CAST", raising=False)
-    with pytest.raises(RuntimeError, match="TORCH_USE_MUSA_DOUBLE_CAST"):
-        x + 1
-    monkeypatch.setenv("TORCH_USE_MUSA_DOUBLE_CAST", "1")
-    assert (x + 1).dtype == torch.float64
-    monkeypatch.setenv("TORCH_USE_MUSA_DOUBLE_CAST", "maybe")
-    with pytest.raises(RuntimeError, match="not a yes/no value"):
-        x + 1
+@pytest.mark.requires_host_driver("the cuda driver's profile is the GPU's, which has float64")
+@pytest.mark.parametrize("at_import", ["1", "0"])
+def test_double_cast_is_read_once_at_import(subpython, at_import):
+    """TORCH_USE_MUSA_DOUBLE_CAST counts as it was at import, for eager ops as for
+    Inductor (CONFIG): changing the environment afterwards changes neither."""
+    r = subpython("""
+        import os, torch, torch_musa
+        from torch_musa.config import CONFIG
+        def runs():
+            try:
+                return (torch.ones(3, dtype=torch.float64, device="musa") + 1).dtype == torch.float64
+            except RuntimeError as e:
+                assert "TORCH_USE_MUSA_DOUBLE_CAST" in str(e), e
+                return False
+        before = runs()
+        os.environ["TORCH_USE_MUSA_DOUBLE_CAST"] = "0" if before else "1"
+        print(CONFIG.double_cast, before, runs())
+        torch_musa.ops.registry.set_double_cast(not before)  # an explicit switch still works
+        flipped = runs()
+        torch_musa.ops.registry.set_double_cast(None)  # back to the configured value
+        print(flipped, runs())
+    """, {"TORCH_MUSA_PROFILE": "s80", "TORCH_USE_MUSA_DOUBLE_CAST": at_import})
+    assert r.returncode == 0, r.stderr
+    on = str(at_import == "1")
+    off = str(at_import != "1")
+    assert r.stdout.split() == [on, on, on, off, on], r.stdout
 
 
 def test_sharded_grad_scaler_defaults_to_musa():

@@ -58,17 +58,17 @@ def register_customized() -> None:
 def configure() -> None:
     """TORCH_MUSA_FALLBACK, TORCH_USE_MUSA_DOUBLE_CAST and TORCH_MUSA_OP_DEBUG, as configured."""
     set_fallback_mode(CONFIG.fallback)
-    set_double_cast(None)  # TORCH_USE_MUSA_DOUBLE_CAST, read when an op needs it
+    set_double_cast(None)  # TORCH_USE_MUSA_DOUBLE_CAST, as configured at import
     op_debug.configure()
 
 
 def set_double_cast(enabled: bool | None) -> None:
     """Compute float64 in float32 on profiles without float64 (results stay float64).
 
-    ``None`` goes back to following ``TORCH_USE_MUSA_DOUBLE_CAST``, which the runtime
-    reads when a float64 op runs (so ``monkeypatch.setenv`` in a test takes effect).
+    ``None`` goes back to the configuration's ``TORCH_USE_MUSA_DOUBLE_CAST``, read
+    once at import (``CONFIG.double_cast``, which Inductor follows too).
     """
-    _C._set_double_cast(None if enabled is None else bool(enabled))
+    _C._set_double_cast(CONFIG.double_cast if enabled is None else bool(enabled))
 
 
 def set_fallback_mode(mode: str) -> None:

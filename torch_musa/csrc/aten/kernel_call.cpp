@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <unordered_set>
 
 namespace torch_musa {
@@ -14,8 +15,27 @@ namespace torch_musa {
 namespace {
 std::mutex g_policy_mu;
 std::unordered_set<std::string> g_dtype_exempt;
-// -1: follow TORCH_USE_MUSA_DOUBLE_CAST, read when an op needs it; 0/1: set
-// by torch_musa.ops.registry.set_double_cast.
+// TORCH_USE_MUSA_DOUBLE_CAST as the environment had it when the library loaded,
+// read once (1 on, 0 off, -2 not a yes/no value; same spellings as
+// torch_musa.config's Flag): what a C++ program without torch_musa's Python
+// follows. Python hands over its frozen configuration instead (set_double_cast).
+const char* read_double_cast_env() {
+  const char* v = std::getenv("TORCH_USE_MUSA_DOUBLE_CAST");
+  return v ? v : "";
+}
+const std::string g_double_cast_env = read_double_cast_env();  // a copy: setenv may free it
+int parse_double_cast(const std::string& v) {
+  std::string s;
+  for (char c : v)
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      s += char(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return 1;
+  if (s.empty() || s == "0" || s == "false" || s == "off" || s == "no") return 0;
+  return -2;
+}
+const int g_double_cast_at_load = parse_double_cast(g_double_cast_env);
+// 0/1: set by torch_musa (the configuration, or ops.registry.set_double_cast);
+// -1: the value read at load.
 std::atomic<int> g_double_cast{-1};
 std::atomic<int> g_sync_debug{0};
 std::atomic<DebugHook> g_debug_hook{nullptr};
@@ -37,23 +57,14 @@ void set_dtype_exempt_ops(const std::vector<std::string>& names) {
 }
 void set_double_cast(int mode) { g_double_cast = mode < 0 ? -1 : (mode ? 1 : 0); }
 
-// Only reached for a float64 tensor on a profile without float64, so reading
-// the environment here (tests set it with monkeypatch.setenv) costs nothing
-// on the common path. Same spellings as torch_musa.config's Flag.
+// Only reached for a float64 tensor on a profile without float64.
 bool double_cast_enabled() {
   const int set = g_double_cast.load(std::memory_order_relaxed);
   if (set >= 0) return set == 1;
-  const char* v = std::getenv("TORCH_USE_MUSA_DOUBLE_CAST");
-  if (!v) return false;
-  std::string s;
-  for (const char* c = v; *c; ++c)
-    if (!std::isspace(static_cast<unsigned char>(*c)))
-      s += char(std::tolower(static_cast<unsigned char>(*c)));
-  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
-  if (s.empty() || s == "0" || s == "false" || s == "off" || s == "no") return false;
-  TORCH_CHECK(false, "TORCH_USE_MUSA_DOUBLE_CAST=", v,
+  TORCH_CHECK(g_double_cast_at_load != -2, "TORCH_USE_MUSA_DOUBLE_CAST=", g_double_cast_env,
               " is not a yes/no value; allowed: 1, true, on, yes or 0, false, off, no "
               "(any case)");
+  return g_double_cast_at_load == 1;
 }
 
 void set_sync_debug_mode(int mode) {

@@ -25,8 +25,9 @@ namespace torch_musa {
 
 // Policy set from Python (ops/dtype_policy.py, TORCH_USE_MUSA_DOUBLE_CAST).
 void set_dtype_exempt_ops(const std::vector<std::string>& names);
-// set_double_cast: 1 on, 0 off, -1 follow TORCH_USE_MUSA_DOUBLE_CAST (read when
-// an op needs it).
+// set_double_cast: 1 on, 0 off, -1 TORCH_USE_MUSA_DOUBLE_CAST as the library
+// read it when it loaded (a C++ program's; torch_musa's Python sets its
+// configuration's value at import).
 void set_double_cast(int mode);
 bool double_cast_enabled();
 

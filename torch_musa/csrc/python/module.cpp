@@ -145,7 +145,7 @@ PYBIND11_MODULE(_C, m) {
         THPGenerator_initDefaultGenerator(default_generator(c10::DeviceIndex(d))));
   });
   m.def("_set_dtype_exempt_ops", &set_dtype_exempt_ops);
-  m.def("_set_double_cast", [](std::optional<bool> on) {  // None: follow the environment
+  m.def("_set_double_cast", [](std::optional<bool> on) {  // None: the environment at load
     set_double_cast(on ? int(*on) : -1);
   });
   m.def("_get_memory_fraction", [](int d) {
