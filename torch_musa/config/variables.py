@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from torch_musa._table import render
 from torch_musa.config.profiles import DEFAULT_PROFILE, PROFILES, profile_key
 
 INT64_MAX = (1 << 63) - 1
@@ -380,10 +381,6 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in _DECLARED}
 
 def markdown_table() -> str:
     """The README's table of environment variables."""
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")
-
-    rows = ["| Variable | Values | Default | Meaning |", "|---|---|---|---|"]
-    for v in _DECLARED:
-        rows.append(f"| `{v.name}` | {cell(v.kind.brief)} | {cell(v.default_text)} | {cell(v.meaning)} |")
-    return "\n".join(rows) + "\n"
+    return render(["Variable", "Values", "Default", "Meaning"],
+                  [[f"`{v.name}`", v.kind.brief, v.default_text, v.meaning] for v in _DECLARED],
+                  markdown=True) + "\n"
