@@ -204,7 +204,7 @@ def test_cuda_driver_runs_torch_cuda_tunable(monkeypatch):
     """Under the cuda driver every public function is torch.cuda.tunable's (checked here by
     standing in for the driver and for torch.cuda.tunable's getter)."""
     assert all(hasattr(getattr(mt, n), "__wrapped__") for n in mt.__all__)
-    monkeypatch.setattr(mt, "_on_gpu", lambda: True)
+    monkeypatch.setattr(mt, "_implementation", mt._torch_cuda)
     monkeypatch.setattr(torch.cuda.tunable, "get_max_tuning_duration", lambda: 77)
     assert mt.get_max_tuning_duration() == 77
     monkeypatch.delattr(torch.cuda.tunable, "write_file", raising=False)  # gone in torch 2.13
