@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 from collections.abc import Mapping, MutableMapping
 
 import torch
 
 from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
-from torch_musa.config.variables import (VARIABLES, AllocatorSettings, Variable, alloc_conf_error, cuda_alloc_conf,
+from torch_musa.config.variables import (PYTORCH_VARIABLES, VARIABLES, AllocatorSettings, Variable, alloc_conf_error, cuda_alloc_conf,
                                          split_alloc_conf, visible_devices)
 
 
@@ -38,6 +39,7 @@ class RuntimeConfig:
     mccl_stage_gloo: bool
     testing_rendezvous: str  # "host:port:pid" a parent's gen_ip_port chose; "" if none
     musa_home: str  # the MUSA toolkit's root as set; "" if unset
+    pytorch_env: Mapping[str, str]  # PyTorch's variables read in its place (PYTORCH_TUNABLEOP_*), as set
 
     @property
     def device_count(self) -> int:
@@ -174,6 +176,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
         mccl_stage_gloo=value["MCCL_STAGE_GLOO"],
         testing_rendezvous=value["TORCH_MUSA_TESTING_RENDEZVOUS"],
         musa_home=value["MUSA_HOME"],
+        pytorch_env=types.MappingProxyType({n: environ[n] for n in PYTORCH_VARIABLES if n in environ}),
     )
 
 

@@ -378,6 +378,22 @@ _DECLARED = (
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in _DECLARED}
 
+#: PyTorch's own variables that torch_musa reads in PyTorch's place, as set (their values are
+#: checked where used, as PyTorch does): TunableOp's, which the host driver's
+#: ``torch.musa.tunable`` honours as ``torch.cuda.tunable`` does (under the cuda driver
+#: PyTorch's TunableOp reads them itself). PyTorch documents them: not in the README's table.
+PYTORCH_VARIABLES: dict[str, Variable] = {v.name: v for v in (
+    Variable(f"PYTORCH_TUNABLEOP_{name}", Text(allowed), None, "unset", meaning)
+    for name, allowed, meaning in (
+        ("ENABLED", "`1`", "TunableOp on"),
+        ("TUNING", "`0`", "no tuning of GEMMs without a result"),
+        ("RECORD_UNTUNED", "`1`", "record untuned GEMMs"),
+        ("MAX_TUNING_DURATION_MS", "an integer", "milliseconds to tune one solution"),
+        ("MAX_TUNING_ITERATIONS", "an integer", "iterations to tune one solution"),
+        ("ROTATING_BUFFER_SIZE", "an integer (MB)", "the rotating buffer"),
+        ("FILENAME", "a file name", "the results file"),
+    ))}
+
 
 def markdown_table() -> str:
     """The README's table of environment variables."""

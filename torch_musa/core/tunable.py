@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import functools
 import glob
-import os
 import shutil
 import threading
 import warnings
@@ -77,7 +76,8 @@ def _twin(fn):
 
 
 def _env(name: str) -> str | None:
-    return os.environ.get(name)
+    """PyTorch's TunableOp variable ``name`` as set at import (torch_musa.config reads it)."""
+    return CONFIG.pytorch_env.get(name)
 
 
 def _env_int(name: str) -> int | None:
