@@ -14,8 +14,8 @@ from collections.abc import Mapping, MutableMapping
 import torch
 
 from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
-from torch_musa.config.variables import (PYTORCH_VARIABLES, VARIABLES, AllocatorSettings, Variable, alloc_conf_error, cuda_alloc_conf,
-                                         split_alloc_conf, visible_devices)
+from torch_musa.config.variables import (PYTORCH_VARIABLES, VARIABLES, AllocatorSettings, Variable,
+                                         alloc_conf_error, cuda_alloc_conf, split_alloc_conf, visible_devices)
 
 
 @dataclasses.dataclass(frozen=True)
