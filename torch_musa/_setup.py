@@ -52,12 +52,7 @@ from torch_musa import amp as _amp
 from torch_musa import attention as _attention
 
 _amp.register()  # AutocastPrivateUse1 kernels, GradScaler without float64, torch.musa.amp
-if _CONFIG.driver == "host":
-    _attention.register()  # SDPA backend choice and the flash kernels
-else:
-    from torch_musa.attention import gpu as _attention_gpu
-
-    _attention_gpu.register()  # the GPU's flash / memory-efficient / cuDNN kernels
+_attention.register()  # SDPA: musa's choice and flash kernels, or the GPU's under the cuda driver
 
 from torch_musa import distributed as _distributed
 

@@ -42,6 +42,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_musa._table import render
+from torch_musa._driver import KERNEL_DEVICE
 from torch_musa.config import CONFIG
 
 from .dtypes import LOW_PRECISION
@@ -311,7 +312,7 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
                 case = f"[{mode}{', ' + mod_in.desc if mod_in.desc else ''}]"
                 try:
                     cpu = _build(mi, ctor, dtype, training)
-                    if CONFIG.driver != "host":
+                    if KERNEL_DEVICE != "cpu":  # the host driver's weights are the CPU's
                         _materialize_lazy(cpu, fwd)
                     dev = copy.deepcopy(cpu)  # lazy modules: moved before their first forward
                     ref = _forward(cpu, fwd)
