@@ -15,7 +15,7 @@ import torch
 
 from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
 from torch_musa.config.variables import (PYTORCH_VARIABLES, VARIABLES, AllocatorSettings, Variable,
-                                         alloc_conf_error, cuda_alloc_conf, split_alloc_conf, visible_devices)
+                                         alloc_conf_error, cuda_alloc_conf, from_cuda_names, visible_devices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,15 +56,10 @@ def cuda_driver_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _with_cuda_names(environ: Mapping[str, str]) -> Mapping[str, str]:
-    """``environ`` with the CUDA names standing in for unset musa ones (TORCH_MUSA_CUDA_COMPAT)."""
-    view = dict(environ)
-    for v in VARIABLES.values():
-        if v.cuda_name and v.name not in environ and v.cuda_name in environ:
-            value = environ[v.cuda_name]
-            if v.name == "PYTORCH_MUSA_ALLOC_CONF":
-                value = ",".join(split_alloc_conf(value)[0])  # CUDA-only options have no musa meaning
-            view[v.name] = value
-    return view
+    """``environ`` with the CUDA twins standing in for unset musa variables (TORCH_MUSA_CUDA_COMPAT);
+    CUDA-only allocator options are dropped silently (cuda_compat warns when it copies them)."""
+    values, _ = from_cuda_names(environ, [v.name for v in VARIABLES.values() if v.cuda_twin])
+    return {**environ, **values}
 
 
 def _host_ram_share() -> int:
