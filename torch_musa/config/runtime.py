@@ -15,7 +15,8 @@ import torch
 
 from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
 from torch_musa.config.variables import (PYTORCH_VARIABLES, VARIABLES, AllocatorSettings, Variable,
-                                         alloc_conf_error, cuda_alloc_conf, from_cuda_names, visible_devices)
+                                         cuda_alloc_conf, from_cuda_names, host_allocator_arguments,
+                                         visible_devices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +145,8 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
         profile = _start_cuda()
         physical = tuple(range(profile.num_devices))
     else:
-        if allocator.others:  # the cuda driver passes them on to CUDA's allocator
-            raise VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].error(
-                view["PYTORCH_MUSA_ALLOC_CONF"], alloc_conf_error(allocator.others[0]))
+        # refuses options the host allocator does not know (the cuda driver passes them to CUDA's)
+        host_allocator_arguments(allocator, view.get("PYTORCH_MUSA_ALLOC_CONF"))
         profile = PROFILES[value["TORCH_MUSA_PROFILE"]]
         physical = visible_devices(value["MUSA_VISIBLE_DEVICES"], profile.num_devices)
     capacity = value["TORCH_MUSA_DEVICE_MEMORY"]

@@ -280,7 +280,7 @@ def from_cuda_names(environ: Mapping[str, str],
     return values, dropped
 
 
-def alloc_conf_error(option: str) -> str:
+def _alloc_conf_error(option: str) -> str:
     """Why the host driver refuses an option of PYTORCH_MUSA_ALLOC_CONF."""
     why = f"unknown or malformed option {option!r}"
     if option.partition(":")[0].strip() == "expandable_segments":
@@ -450,6 +450,22 @@ _DECLARED = (
 )
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in _DECLARED}
+
+
+def host_allocator_arguments(settings: AllocatorSettings, given: str | None = None) -> tuple[int, float, list[int]]:
+    """``settings`` as the host driver's caching allocator takes them: the positional arguments
+    of ``_C._set_allocator_settings``, in its order.
+
+    An option it does not know (one of ``settings.others``, which the cuda driver passes on to
+    CUDA's allocator) is PYTORCH_MUSA_ALLOC_CONF's ValueError naming ``given`` (the text as
+    set; ``settings.text`` by default): the one check and the one message, for the
+    configuration read at import and for ``torch.musa._set_allocator_settings``."""
+    if settings.others:
+        raise VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].error(settings.text if given is None else given,
+                                                         _alloc_conf_error(settings.others[0]))
+    return (settings.max_split_size_bytes, settings.garbage_collection_threshold,
+            list(settings.roundup_power2_divisions))
+
 
 #: PyTorch's own variables that torch_musa reads in PyTorch's place, as set (their values are
 #: checked where used, as PyTorch does): TunableOp's, which the host driver's

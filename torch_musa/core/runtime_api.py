@@ -19,6 +19,7 @@ import torch
 
 from torch_musa import _C
 from torch_musa._driver import pick
+from torch_musa._runtime import set_host_allocator_settings
 from torch_musa.config import CONFIG
 from torch_musa.config.variables import VARIABLES
 from torch_musa.core import _lazy
@@ -178,11 +179,8 @@ class _HostRuntime:
     def memory_fraction(self, idx: int) -> float:
         return _C._get_memory_fraction(idx)
 
-    def set_allocator_settings(self, env: str, variable, settings) -> None:
-        if settings.others:
-            raise variable.error(env, f"unknown or malformed option {settings.others[0]!r}")
-        _C._set_allocator_settings(settings.max_split_size_bytes, settings.garbage_collection_threshold,
-                                   list(settings.roundup_power2_divisions))
+    def set_allocator_settings(self, env: str, settings) -> None:
+        set_host_allocator_settings(settings, env)
 
 
 class _CudaRuntime:
@@ -217,7 +215,7 @@ class _CudaRuntime:
         # CUDA's caching allocator holds the fraction set_per_process_memory_fraction set
         return _cuda["get_per_process_memory_fraction"](idx)
 
-    def set_allocator_settings(self, env: str, variable, settings) -> None:
+    def set_allocator_settings(self, env: str, settings) -> None:
         torch.cuda.memory._set_allocator_settings(env)
 
 
@@ -355,8 +353,7 @@ def reset_peak_host_memory_stats() -> None:
 def _set_allocator_settings(env: str) -> None:
     """Apply allocator options given as PYTORCH_MUSA_ALLOC_CONF's text (CUDA's
     ``_set_allocator_settings``); a bad option raises naming what is allowed."""
-    variable = VARIABLES["PYTORCH_MUSA_ALLOC_CONF"]
-    _RUNTIME.set_allocator_settings(env, variable, variable.parse(env))
+    _RUNTIME.set_allocator_settings(env, VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].parse(env))
 
 
 # ----------------------------------------------------------------------------- RNG
