@@ -216,6 +216,46 @@ def test_env_switch_with_autoload():
     assert r.stdout.split() == ["1", "1"], r.stderr[-2000:]
 
 
+
+ENV_AGREEMENT = r'''
+import json, os, warnings
+from torch_musa.config import runtime
+from torch_musa.config.variables import CUDA_ENV, VARIABLES
+given = dict(os.environ)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_musa.cuda_compat  # enables: apply_env_aliases copies the CUDA names
+    config = runtime._with_cuda_names(given)  # what the configuration reads under the switch
+print(json.dumps({"copied": {m: os.environ.get(m) for m in CUDA_ENV.values()},
+                  "config": {v.name: config.get(v.name) for v in VARIABLES.values() if v.cuda_twin},
+                  "warnings": [str(w.message) for w in caught if "ALLOC_CONF" in str(w.message)]}))
+'''
+
+
+@REBINDS_CUDA
+def test_config_and_cuda_compat_read_every_cuda_name_alike():
+    """Issue 34, item 3: one table (cuda_mapping.yaml's env:), one translation. For every
+    entry, cuda_compat copies the CUDA value to the MUSA name; for the variables the
+    configuration reads under TORCH_MUSA_CUDA_COMPAT, it reads the same value, silently,
+    where cuda_compat warns about the dropped allocator options."""
+    import json
+
+    from torch_musa.config.variables import CUDA_ENV
+
+    special = {"CUDA_VISIBLE_DEVICES": "1",
+               "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:64"}
+    given = {cuda: special.get(cuda, f"/set/as/{cuda}") for cuda in CUDA_ENV}
+    r = python(ENV_AGREEMENT, env={**given, **{musa: None for musa in CUDA_ENV.values()},
+                                   "TORCH_MUSA_CUDA_COMPAT": None})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    expected = {musa: given[cuda] for cuda, musa in CUDA_ENV.items()}
+    expected["PYTORCH_MUSA_ALLOC_CONF"] = "max_split_size_mb:64"
+    assert out["copied"] == expected
+    assert out["config"] and all(out["copied"][name] == value for name, value in out["config"].items())
+    assert out["warnings"] == ["torch_musa.cuda_compat: PYTORCH_CUDA_ALLOC_CONF options "
+                               "['expandable_segments:True'] have no musa equivalent and are ignored"]
+
 DEVICE_SPELLINGS = r'''
 import torch, torch_musa
 from torch_musa import cuda_compat as cc

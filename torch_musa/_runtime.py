@@ -6,6 +6,7 @@ import torch
 
 from torch_musa import _C
 from torch_musa.config import CONFIG
+from torch_musa.config.variables import AllocatorSettings, host_allocator_arguments
 
 # c10::ScalarType numbering: a dtype's position here.
 _SCALAR_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -33,6 +34,12 @@ def configure() -> None:
         [_SCALAR_TYPES.index(d) for d in p.unsupported_dtypes()],
     )
     if CONFIG.driver != "cuda":  # the cuda driver's allocator is CUDA's, configured through its variable
-        _C._set_allocator_settings(CONFIG.allocator.max_split_size_bytes,
-                                   CONFIG.allocator.garbage_collection_threshold,
-                                   list(CONFIG.allocator.roundup_power2_divisions))
+        set_host_allocator_settings(CONFIG.allocator)
+
+
+def set_host_allocator_settings(settings: AllocatorSettings, given: str | None = None) -> None:
+    """Hand ``settings`` to the host driver's caching allocator: the one place they reach C++,
+    at start-up and from ``torch.musa._set_allocator_settings``. ``host_allocator_arguments``
+    checks them (one message for an option it does not know, naming ``given``) and puts them
+    in the binding's order."""
+    _C._set_allocator_settings(*host_allocator_arguments(settings, given))

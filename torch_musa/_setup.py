@@ -17,13 +17,8 @@ from torch_musa.core import printing as _printing
 from torch_musa.core import serialization as _serialization
 from torch_musa.ops import dtype_policy as _dtype_policy
 from torch_musa.ops import fallback_routes as _fallback_routes
-from torch_musa.ops import half_upcast as _half_upcast
-from torch_musa.ops import int_histc as _int_histc
+from torch_musa.ops import kernels as _kernels
 from torch_musa.ops import registry as _registry
-from torch_musa.ops import rnn_cells as _rnn_cells
-from torch_musa.ops import sync_batch_norm as _sync_batch_norm
-from torch_musa.ops import rnn_layers as _rnn_layers
-from torch_musa.ops import cpu_only_checks as _cpu_only_checks
 
 torch._register_device_module("musa", _musa_module)
 
@@ -44,12 +39,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 _C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
 _fallback_routes.install()
 _registry.register_customized()
-_rnn_cells.install()  # the fused LSTM/GRU cells PyTorch has only for CUDA
-_rnn_layers.install()  # tanh/ReLU RNN layers in the CPU's op order (host driver)
-_cpu_only_checks.install()  # argument checks PyTorch's composites make only on the CPU
-_half_upcast.install()  # float16/bfloat16 where the CPU's kernels lack them, in float32
-_int_histc.install()  # integer histc, which CUDA has and the CPU lacks
-_sync_batch_norm.install()  # SyncBatchNorm's CUDA-only kernels
+_kernels.install()  # musa_functions.yaml's Python kernels (RNN cells, half upcasts, histc, ...)
 _registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
@@ -62,12 +52,7 @@ from torch_musa import amp as _amp
 from torch_musa import attention as _attention
 
 _amp.register()  # AutocastPrivateUse1 kernels, GradScaler without float64, torch.musa.amp
-if _CONFIG.driver == "host":
-    _attention.register()  # SDPA backend choice and the flash kernels
-else:
-    from torch_musa.attention import gpu as _attention_gpu
-
-    _attention_gpu.register()  # the GPU's flash / memory-efficient / cuDNN kernels
+_attention.register()  # SDPA: musa's choice and flash kernels, or the GPU's under the cuda driver
 
 from torch_musa import distributed as _distributed
 

@@ -43,7 +43,7 @@ import warnings
 import torch
 
 from torch_musa.config import CONFIG
-from torch_musa.config.variables import VARIABLES, split_alloc_conf, visible_devices
+from torch_musa.config.variables import VARIABLES, from_cuda_names, visible_devices
 from torch_musa.cuda_mapping import load_table, review_items
 
 # The module, not the ``device`` class that torch_musa.core exports under its name.
@@ -491,28 +491,18 @@ def _patch_distributed():
 
 
 def apply_env_aliases() -> list[str]:
-    """Copy CUDA environment variables to their MUSA names where those are unset.
+    """Copy CUDA environment variables to their MUSA names where those are unset (the
+    mapping table's ``env:`` section, as the configuration reads it: ``from_cuda_names``).
 
     Touches only ``os.environ``; safe to call before the runtime starts.
     Returns the MUSA names it set.
     """
-    out = []
-    for cuda_name, musa_name in load_table().env.items():
-        if cuda_name in os.environ and musa_name not in os.environ:
-            value = os.environ[cuda_name]
-            if musa_name == "PYTORCH_MUSA_ALLOC_CONF":
-                value = _musa_alloc_conf(value)
-            os.environ[musa_name] = value
-            out.append(musa_name)
-    return out
-
-
-def _musa_alloc_conf(spec: str) -> str:
-    keep, dropped = split_alloc_conf(spec)
+    values, dropped = from_cuda_names(os.environ)
     if dropped:
         warnings.warn(f"torch_musa.cuda_compat: PYTORCH_CUDA_ALLOC_CONF options {dropped} have "
-                      "no musa equivalent and are ignored", stacklevel=3)
-    return ",".join(keep)
+                      "no musa equivalent and are ignored", stacklevel=2)
+    os.environ.update(values)
+    return list(values)
 
 
 def _check_visible_devices(set_names):

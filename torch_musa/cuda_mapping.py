@@ -3,6 +3,8 @@
 The same table drives the static converter (``utils/musa_converter``, a tool)
 and ``torch_musa.cuda_compat`` (a subsystem), so it sits below both, as data:
 it imports nothing from torch_musa and needs only PyYAML and the standard library.
+Its ``env:`` section is also the configuration's table of CUDA twins
+(``torch_musa.config.variables.read_env_table`` reads that section alone).
 """
 from __future__ import annotations
 

@@ -118,13 +118,79 @@ def test_cuda_driver_sets_the_cuda_names_before_cuda_starts(monkeypatch):
     assert c.allocator.others == ("expandable_segments:True",)
 
 
-def test_cuda_names_are_the_mapping_tables():
-    """The CUDA name each variable stands for is the one the CUDA->MUSA mapping maps to it."""
+# Issue 34, item 3: CUDA->MUSA environment names have one table, cuda_mapping.yaml's env:
+# section. The configuration reads it without PyYAML, derives each variable's CUDA twin from
+# it, and translates values with the one function cuda_compat uses too.
+def test_the_env_table_reads_as_pyyaml_reads_it():
     from torch_musa.cuda_mapping import load_table
 
-    env = load_table().env
-    twins = {v.cuda_name: v.name for v in VARIABLES.values() if v.cuda_name}
-    assert twins and all(env[cuda] == musa for cuda, musa in twins.items())
+    assert list(variables.CUDA_ENV.items()) == list(load_table().env.items())
+
+
+def test_the_env_table_reader_refuses_what_it_cannot_read(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("version: 1\nenv:\n  # a comment\n\n  CUDA_X: MUSA_X  # why\nbackends:\n  A: B\n")
+    assert variables.read_env_table(str(good)) == {"CUDA_X": "MUSA_X"}
+    for text, message in (("env:\n  CUDA_X: [MUSA_X]\n", "CUDA_NAME: MUSA_NAME"),
+                          ("env: {CUDA_X: MUSA_X}\n", "no env: section")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            variables.read_env_table(str(bad))
+
+
+def test_cuda_twins_are_the_mapping_tables():
+    twins = {v.name: v.cuda_name for v in VARIABLES.values() if v.cuda_twin}
+    assert twins == {"MUSA_VISIBLE_DEVICES": "CUDA_VISIBLE_DEVICES",
+                     "PYTORCH_MUSA_ALLOC_CONF": "PYTORCH_CUDA_ALLOC_CONF"}
+    assert all(variables.CUDA_ENV[cuda] == musa for musa, cuda in twins.items())
+    assert VARIABLES["MUSA_HOME"].cuda_name is None  # CUDA's toolkit is not a MUSA toolkit
+    with pytest.raises(ValueError, match="names no CUDA twin"):
+        variables.Variable("TORCH_MUSA_NEW", variables.Flag(), False, "`0`", "new", cuda_twin=True)
+
+
+def _env_name_pairs_in(path):
+    """(line, CUDA name, MUSA name) for each env pair of the table whose two names are both
+    string constants of the module at ``path``: the mark of a second table."""
+    import ast
+
+    constants = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            constants.setdefault(node.value, node.lineno)
+    return [(constants[cuda], cuda, musa) for cuda, musa in variables.CUDA_ENV.items()
+            if cuda in constants and musa in constants]
+
+
+def test_no_second_table_of_env_names():
+    """No module spells both names of a pair (``{"CUDA_X": "MUSA_X"}``,
+    ``Variable("MUSA_X", ..., cuda_name="CUDA_X")``): they come from the mapping table."""
+    from pathlib import Path
+
+    package = Path(torch_musa.__file__).parent
+    found = [f"{p.relative_to(package)}:{line}: {cuda} -> {musa}"
+             for p in sorted(package.rglob("*.py")) for line, cuda, musa in _env_name_pairs_in(p)]
+    assert not found, "a second CUDA->MUSA env table:\n" + "\n".join(found)
+
+
+def test_the_second_table_check_sees_one(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('TWINS = {"CUDA_VISIBLE_DEVICES": "MUSA_VISIBLE_DEVICES"}\n')
+    assert _env_name_pairs_in(bad) == [(1, "CUDA_VISIBLE_DEVICES", "MUSA_VISIBLE_DEVICES")]
+
+
+def test_cuda_names_stand_in_silently():
+    """The configuration drops CUDA-only allocator options without a word (cuda_compat's
+    apply_env_aliases, which copies them into os.environ, warns)."""
+    import warnings
+
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:64",
+           "TORCH_MUSA_CUDA_COMPAT": "1"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert runtime.load(env).allocator.text == "max_split_size_mb:64"
+    assert variables.from_cuda_names(env) == ({"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:64"},
+                                              ["expandable_segments:True"])
 
 
 def test_the_configuration_is_read_once(monkeypatch):

@@ -62,7 +62,7 @@ def test_peer_access():
 def test_is_compiled_means_the_runtime_serves_the_configured_driver(monkeypatch):
     assert torch.musa._is_compiled() and torch_musa._C._driver_name() == CONFIG.driver
     other = "host" if CONFIG.driver == "cuda" else "cuda"
-    monkeypatch.setattr(torch_musa.core, "_CONFIG", dataclasses.replace(CONFIG, driver=other))
+    monkeypatch.setattr(torch_musa._driver, "CONFIG", dataclasses.replace(CONFIG, driver=other))
     assert not torch.musa._is_compiled()
 
 

@@ -7,6 +7,8 @@ garbage_collection_threshold, expandable_segments)."""
 import pytest
 import torch
 
+from torch_musa.config.variables import VARIABLES
+
 MiB = 1 << 20
 
 pytestmark = pytest.mark.usefixtures("empty_musa_cache")
@@ -222,6 +224,44 @@ def test_alloc_conf_errors_name_the_value(conf, message):
     assert message in str(info.value)
     assert "PYTORCH_MUSA_ALLOC_CONF" in str(info.value)
 
+
+
+# Issue 34, item 3: allocator settings reach C++ from one Python function, checked by one
+# (config.variables.host_allocator_arguments): a bad option reads the same at import and
+# from torch.musa._set_allocator_settings.
+@HOST
+@pytest.mark.parametrize("conf", ["expandable_segments:True", "pinned_use_host_register:True",
+                                  "max_split_size_mb:64,nonsense"])
+def test_a_bad_option_has_one_message_from_every_entry_point(alloc_conf, conf):
+    from torch_musa import _runtime
+    from torch_musa.config.runtime import load
+
+    messages = []
+    for apply in (lambda: load({"PYTORCH_MUSA_ALLOC_CONF": conf}),  # at import
+                  lambda: alloc_conf(conf),  # torch.musa._set_allocator_settings
+                  lambda: _runtime.set_host_allocator_settings(
+                      VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].parse(conf))):  # what import hands C++
+        with pytest.raises(ValueError) as info:
+            apply()
+        messages.append(str(info.value))
+    assert len(set(messages)) == 1, messages
+    assert messages[0].startswith(f"PYTORCH_MUSA_ALLOC_CONF={conf!r}: unknown or malformed option")
+
+
+def test_allocator_settings_reach_cpp_from_one_function():
+    """Only torch_musa/_runtime.py calls _C._set_allocator_settings (positional arguments in
+    the binding's order, from host_allocator_arguments)."""
+    import ast
+    from pathlib import Path
+
+    import torch_musa
+
+    package = Path(torch_musa.__file__).parent
+    callers = sorted({p.relative_to(package).as_posix() for p in package.rglob("*.py")
+                      for node in ast.walk(ast.parse(p.read_text(), str(p)))
+                      if isinstance(node, ast.Attribute) and node.attr == "_set_allocator_settings"
+                      and isinstance(node.value, ast.Name) and node.value.id == "_C"})
+    assert callers == ["_runtime.py"]
 
 @HOST
 def test_alloc_conf_error_stops_the_import(subpython):

@@ -3,6 +3,7 @@ argument checks, environment variables, filename rules and results-file format. 
 driver has one kernel per GEMM, so it tunes nothing; what a file holds is what it reports."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -33,9 +34,13 @@ CUDA_FILE = (f"Validator,PT_VERSION,{PT}\n"
 def fresh_state(monkeypatch):
     """Each test starts from a new process's TunableOp state and no TunableOp variables."""
     monkeypatch.setattr(mt, "_ctx", mt._Context())
-    for name in ("ENABLED", "TUNING", "RECORD_UNTUNED", "MAX_TUNING_DURATION_MS",
-                 "MAX_TUNING_ITERATIONS", "FILENAME", "ROTATING_BUFFER_SIZE"):
-        monkeypatch.delenv(f"PYTORCH_TUNABLEOP_{name}", raising=False)
+    _set_env(monkeypatch)
+
+
+def _set_env(monkeypatch, **values):
+    """PYTORCH_TUNABLEOP_<name>=value as the configuration read them at import."""
+    env = {f"PYTORCH_TUNABLEOP_{k}": v for k, v in values.items()}
+    monkeypatch.setattr(mt, "CONFIG", dataclasses.replace(mt.CONFIG, pytorch_env=env))
 
 
 def test_same_names_and_signatures_as_torch_cuda_tunable():
@@ -85,10 +90,7 @@ def test_switches_and_argument_checks():
 
 @HOST
 def test_environment_takes_precedence(monkeypatch):
-    monkeypatch.setenv("PYTORCH_TUNABLEOP_ENABLED", "1")
-    monkeypatch.setenv("PYTORCH_TUNABLEOP_TUNING", "0")
-    monkeypatch.setenv("PYTORCH_TUNABLEOP_MAX_TUNING_ITERATIONS", "-3")
-    monkeypatch.setenv("PYTORCH_TUNABLEOP_ROTATING_BUFFER_SIZE", "4")
+    _set_env(monkeypatch, ENABLED="1", TUNING="0", MAX_TUNING_ITERATIONS="-3", ROTATING_BUFFER_SIZE="4")
     mt.enable(False)
     mt.tuning_enable(True)
     mt.set_max_tuning_iterations(50)
@@ -154,7 +156,7 @@ def test_write_then_read_round_trip(tmp_path):
 def test_first_use_reads_the_default_file(tmp_path, monkeypatch):
     """As TunableOp's first use: the name defaults to PYTORCH_TUNABLEOP_FILENAME (or
     tunableop_results.csv) with the device ordinal inserted, and that file is read."""
-    monkeypatch.setenv("PYTORCH_TUNABLEOP_FILENAME", str(tmp_path / "r%d.csv"))
+    _set_env(monkeypatch, FILENAME=str(tmp_path / "r%d.csv"))
     (tmp_path / f"r{torch.musa.current_device()}.csv").write_text(
         f"Validator,PT_VERSION,{PT}\nGemmTunableOp_float_NN,nn_2_2_2,Default,0.5\n")
     assert mt.get_results() == (("GemmTunableOp_float_NN", "nn_2_2_2", "Default", 0.5),)
@@ -204,7 +206,7 @@ def test_cuda_driver_runs_torch_cuda_tunable(monkeypatch):
     """Under the cuda driver every public function is torch.cuda.tunable's (checked here by
     standing in for the driver and for torch.cuda.tunable's getter)."""
     assert all(hasattr(getattr(mt, n), "__wrapped__") for n in mt.__all__)
-    monkeypatch.setattr(mt, "_on_gpu", lambda: True)
+    monkeypatch.setattr(mt, "_implementation", mt._torch_cuda)
     monkeypatch.setattr(torch.cuda.tunable, "get_max_tuning_duration", lambda: 77)
     assert mt.get_max_tuning_duration() == 77
     monkeypatch.delattr(torch.cuda.tunable, "write_file", raising=False)  # gone in torch 2.13

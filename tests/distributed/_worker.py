@@ -55,325 +55,351 @@ def _on_musa(t, dev):
 
 
 # --------------------------------------------------------------------------- collectives
+#: The collectives scenario's checks by name, in order (tests/distributed/test_mccl.py
+#: reports each one): ``check(rank, ws, dev, vals)`` in a set-up mccl group, where rank r
+#: contributes ``vals[r] == r + 1``.
+COLLECTIVE_CHECKS = {}
+
+
+def collective_check(name):
+    def deco(fn):
+        COLLECTIVE_CHECKS[name] = fn
+        return fn
+    return deco
+
+
+@collective_check("backend_name")
+def _(rank, ws, dev, vals):
+    assert dist.get_backend() == "mccl", dist.get_backend()
+    assert dist.is_mccl_available() and torch.musa.mccl.version() >= (1, 0, 0)
+    from torch_musa.distributed import mccl
+    assert set(mccl.NATIVE_OPS) == {"allreduce_", "broadcast_", "_allgather_base_",
+                                    "_reduce_scatter_base_"}, mccl.NATIVE_OPS
+
+
+@collective_check("all_reduce_ops")
+def _(rank, ws, dev, vals):
+    import math
+    for op, want in [(R.SUM, sum(vals)), (R.PRODUCT, math.prod(vals)), (R.MIN, 1.0), (R.MAX, float(ws))]:
+        for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64):
+            t = torch.full((3, 5), vals[rank], device=dev, dtype=dt)
+            ptr = t.data_ptr()
+            dist.all_reduce(t, op=op)
+            _on_musa(t, dev)
+            assert t.data_ptr() == ptr
+            _eq(t, torch.full((3, 5), want), f"all_reduce {op} {dt}")
+    bits = [0b0011, 0b0101, 0b1001]
+    for op, want in [(R.BAND, 0b0011 & 0b0101 & (0b1001 if ws > 2 else 0b1111)),
+                     (R.BOR, 0b0011 | 0b0101 | (0b1001 if ws > 2 else 0)),
+                     (R.BXOR, 0b0011 ^ 0b0101 ^ (0b1001 if ws > 2 else 0))]:
+        t = torch.full((4,), bits[rank], device=dev, dtype=torch.int32)
+        dist.all_reduce(t, op=op)
+        _eq(t, torch.full((4,), want, dtype=torch.int32), f"all_reduce {op}")
+
+
+@collective_check("all_reduce_avg")
+def _(rank, ws, dev, vals):
+    t = torch.full((2,), vals[rank], device=dev)
+    dist.all_reduce(t, op=R.AVG)
+    _eq(t, torch.full((2,), sum(vals) / ws), "AVG")
+
+
+@collective_check("all_reduce_async_future")
+def _(rank, ws, dev, vals):
+    t = torch.full((1000,), vals[rank], device=dev)
+    w = dist.all_reduce(t, async_op=True)
+    fut = w.get_future()
+    chained = fut.then(lambda f: f.value()[0] * 2)
+    assert w.wait()
+    assert w.is_completed()
+    val = fut.wait()
+    assert isinstance(val, list) and val[0].device == dev and val[0].data_ptr() == t.data_ptr()
+    _eq(t, torch.full((1000,), sum(vals)), "async all_reduce")
+    _eq(chained.wait(), torch.full((1000,), 2 * sum(vals)), "future.then")
+
+
+@collective_check("all_reduce_zero_copy")
+def _(rank, ws, dev, vals):
+    t = torch.full((1 << 18,), vals[rank], device=dev)
+    torch.musa.synchronize()
+    before = torch.musa.memory_allocated(dev)
+    torch.musa.reset_peak_memory_stats(dev)
+    dist.all_reduce(t)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert torch.musa.max_memory_allocated(dev) == before, "all_reduce allocated musa memory (a copy)"
+    _eq(t[:4], torch.full((4,), sum(vals) * ws), "all_reduce twice")
+
+
+@collective_check("all_reduce_view")
+def _(rank, ws, dev, vals):
+    base = torch.zeros(4, 6, device=dev)
+    view = base[1:3]  # contiguous view with a storage offset
+    view.fill_(vals[rank])
+    dist.all_reduce(view)
+    _eq(base[1:3], torch.full((2, 6), sum(vals)), "view")
+    _eq(base[0], torch.zeros(6), "outside view")
+
+
+@collective_check("broadcast")
+def _(rank, ws, dev, vals):
+    src = ws - 1
+    t = torch.arange(6, device=dev, dtype=torch.float32) * (rank + 1)
+    dist.broadcast(t, src=src)
+    _eq(t, torch.arange(6) * (src + 1), "broadcast")
+    t = torch.full((3,), rank, device=dev, dtype=torch.int64)
+    w = dist.broadcast(t, src=0, async_op=True)
+    w.wait()
+    _eq(t, torch.zeros(3, dtype=torch.int64), "async broadcast")
+
+
+@collective_check("reduce")
+def _(rank, ws, dev, vals):
+    dst = 1
+    t = torch.full((5,), vals[rank], device=dev)
+    dist.reduce(t, dst=dst, op=R.SUM)
+    if rank == dst:
+        _eq(t, torch.full((5,), sum(vals)), "reduce")
+    t = torch.full((5,), vals[rank], device=dev)
+    dist.reduce(t, dst=0, op=R.MAX, async_op=True).wait()
+    if rank == 0:
+        _eq(t, torch.full((5,), float(ws)), "reduce max")
+
+
+@collective_check("premul_sum")
+def _(rank, ws, dev, vals):
+    # PREMUL_SUM(f): every rank's input times f, then SUM; f a float or a 1-element tensor
+    for f in (2.5, torch.tensor([0.5], device=dev), torch.tensor(3.0)):
+        fv = float(f)
+        want = fv * sum(vals)
+        op = dist._make_nccl_premul_sum(f)
+        for dt in (torch.float32, torch.float64, torch.bfloat16):
+            t = torch.full((3, 4), vals[rank], device=dev, dtype=dt)
+            dist.all_reduce(t, op=op)
+            _on_musa(t, dev)
+            _eq(t, torch.full((3, 4), want), f"all_reduce premul {fv} {dt}")
+        t = torch.full((7,), vals[rank], device=dev)
+        w = dist.all_reduce(t, op=op, async_op=True)
+        w.wait()
+        _eq(w.get_future().value()[0], torch.full((7,), want), "all_reduce premul async")
+        # reduce: the root gets the scaled sum, the other ranks' inputs stay as they were
+        t = torch.full((5,), vals[rank], device=dev)
+        dist.reduce(t, dst=ws - 1, op=op)
+        _eq(t, torch.full((5,), want if rank == ws - 1 else vals[rank]), "reduce premul")
+        t = torch.full((5,), vals[rank], device=dev)
+        dist.reduce(t, dst=0, op=op, async_op=True).wait()
+        _eq(t, torch.full((5,), want if rank == 0 else vals[rank]), "reduce premul async")
+        # reduce_scatter_tensor: rank r gets f * sum over ranks of their chunk r; input untouched
+        inp = torch.stack([torch.full((2,), vals[rank] * (c + 1)) for c in range(ws)]).reshape(-1).to(dev)
+        before = inp.cpu().clone()
+        out = torch.empty(2, device=dev)
+        dist.reduce_scatter_tensor(out, inp, op=op)
+        _eq(out, torch.full((2,), want * (rank + 1)), "reduce_scatter_tensor premul")
+        _eq(inp, before, "reduce_scatter_tensor premul input")
+        out = torch.empty(2, device=dev)
+        dist.reduce_scatter_tensor(out, inp, op=op, async_op=True).wait()
+        _eq(out, torch.full((2,), want * (rank + 1)), "reduce_scatter_tensor premul async")
+        # reduce_scatter (lists)
+        ins = [torch.full((3,), vals[rank] * (c + 1), device=dev) for c in range(ws)]
+        out = torch.empty(3, device=dev)
+        dist.reduce_scatter(out, ins, op=op)
+        _eq(out, torch.full((3,), want * (rank + 1)), "reduce_scatter premul")
+        _eq(ins[0], torch.full((3,), vals[rank]), "reduce_scatter premul input")
+
+
+@collective_check("all_gather")
+def _(rank, ws, dev, vals):
+    t = torch.full((2, 3), vals[rank], device=dev)
+    outs = [torch.empty(2, 3, device=dev) for _ in range(ws)]
+    dist.all_gather(outs, t)
+    for r in range(ws):
+        _on_musa(outs[r], dev)
+        _eq(outs[r], torch.full((2, 3), vals[r]), f"all_gather[{r}]")
+    outs = [torch.empty(2, 3, device=dev) for _ in range(ws)]
+    w = dist.all_gather(outs, t, async_op=True)
+    got = w.get_future().wait()
+    assert got[0][0].device == dev
+    for r in range(ws):
+        _eq(outs[r], torch.full((2, 3), vals[r]), f"async all_gather[{r}]")
+
+
+@collective_check("all_gather_into_tensor")
+def _(rank, ws, dev, vals):
+    t = torch.full((3,), vals[rank], device=dev)
+    out = torch.empty(ws * 3, device=dev)
+    dist.all_gather_into_tensor(out, t)
+    _eq(out, torch.tensor(vals).repeat_interleave(3), "all_gather_into_tensor")
+    out2 = torch.empty(ws, 3, device=dev)
+    w = dist.all_gather_into_tensor(out2, t, async_op=True)
+    assert w.get_future().wait()[0].data_ptr() == out2.data_ptr()
+    _eq(out2, torch.tensor(vals).repeat_interleave(3).view(ws, 3), "stacked")
+
+
+@collective_check("reduce_scatter")
+def _(rank, ws, dev, vals):
+    ins = [torch.full((4,), vals[rank] * (i + 1), device=dev) for i in range(ws)]
+    out = torch.empty(4, device=dev)
+    dist.reduce_scatter(out, ins)
+    _eq(out, torch.full((4,), sum(vals) * (rank + 1)), "reduce_scatter")
+    out = torch.empty(4, device=dev)
+    dist.reduce_scatter(out, ins, op=R.MAX, async_op=True).wait()
+    _eq(out, torch.full((4,), float(ws) * (rank + 1)), "async reduce_scatter max")
+
+
+@collective_check("reduce_scatter_tensor")
+def _(rank, ws, dev, vals):
+    inp = torch.arange(ws * 2, device=dev, dtype=torch.float32) + rank
+    out = torch.empty(2, device=dev)
+    dist.reduce_scatter_tensor(out, inp)
+    full = sum(torch.arange(ws * 2, dtype=torch.float32) + r for r in range(ws))
+    _eq(out, full[rank * 2:(rank + 1) * 2], "reduce_scatter_tensor")
+    out = torch.empty(2, device=dev)
+    dist.reduce_scatter_tensor(out, inp, async_op=True).wait()
+    _eq(out, full[rank * 2:(rank + 1) * 2], "async reduce_scatter_tensor")
+
+
+@collective_check("all_to_all")
+def _(rank, ws, dev, vals):
+    ins = [torch.full((2,), rank * 10 + j, device=dev, dtype=torch.int64) for j in range(ws)]
+    outs = [torch.empty(2, device=dev, dtype=torch.int64) for _ in range(ws)]
+    dist.all_to_all(outs, ins)
+    for j in range(ws):
+        _eq(outs[j], torch.full((2,), j * 10 + rank), f"all_to_all[{j}]")
+    outs = [torch.empty(2, device=dev, dtype=torch.int64) for _ in range(ws)]
+    dist.all_to_all(outs, ins, async_op=True).wait()
+    for j in range(ws):
+        _eq(outs[j], torch.full((2,), j * 10 + rank), f"async all_to_all[{j}]")
+
+
+@collective_check("all_to_all_single")
+def _(rank, ws, dev, vals):
+    inp = torch.arange(ws, device=dev, dtype=torch.float32) + rank * 100
+    out = torch.empty(ws, device=dev)
+    dist.all_to_all_single(out, inp)
+    _eq(out, torch.tensor([r * 100 + rank for r in range(ws)], dtype=torch.float32), "a2a single")
+    # uneven: rank r sends (j+1) elements to rank j
+    in_splits = [j + 1 for j in range(ws)]
+    out_splits = [rank + 1] * ws
+    inp = torch.cat([torch.full((j + 1,), rank * 10 + j, dtype=torch.float32) for j in range(ws)]).to(dev)
+    out = torch.empty(sum(out_splits), device=dev)
+    dist.all_to_all_single(out, inp, out_splits, in_splits, async_op=True).wait()
+    want = torch.cat([torch.full((rank + 1,), r * 10 + rank, dtype=torch.float32) for r in range(ws)])
+    _eq(out, want, "a2a uneven")
+
+
+@collective_check("gather_scatter")
+def _(rank, ws, dev, vals):
+    t = torch.full((3,), vals[rank], device=dev)
+    gl = [torch.empty(3, device=dev) for _ in range(ws)] if rank == 0 else None
+    dist.gather(t, gl, dst=0)
+    if rank == 0:
+        for r in range(ws):
+            _eq(gl[r], torch.full((3,), vals[r]), f"gather[{r}]")
+    out = torch.empty(2, device=dev)
+    sl = [torch.full((2,), 7.0 + r, device=dev) for r in range(ws)] if rank == ws - 1 else None
+    dist.scatter(out, sl, src=ws - 1)
+    _eq(out, torch.full((2,), 7.0 + rank), "scatter")
+    out = torch.empty(2, device=dev)
+    dist.scatter(out, sl, src=ws - 1, async_op=True).wait()
+    _eq(out, torch.full((2,), 7.0 + rank), "async scatter")
+
+
+@collective_check("send_recv")
+def _(rank, ws, dev, vals):
+    nxt, prv = (rank + 1) % ws, (rank - 1) % ws
+    s = torch.full((4,), vals[rank], device=dev)
+    r = torch.empty(4, device=dev)
+    if rank % 2 == 0:
+        dist.send(s, nxt)
+        dist.recv(r, prv)
+    else:
+        dist.recv(r, prv)
+        dist.send(s, nxt)
+    _eq(r, torch.full((4,), vals[prv]), "send/recv")
+    r2 = torch.empty(4, device=dev)
+    ws_ = [dist.isend(s * 2, nxt), dist.irecv(r2, prv)]
+    for w in ws_:
+        w.wait()
+    _eq(r2, torch.full((4,), 2 * vals[prv]), "isend/irecv")
+    r3 = torch.empty(4, device=dev)
+    ops = [dist.P2POp(dist.isend, s * 3, nxt), dist.P2POp(dist.irecv, r3, prv)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    _eq(r3, torch.full((4,), 3 * vals[prv]), "batch_isend_irecv")
+
+
+@collective_check("barrier")
+def _(rank, ws, dev, vals):
+    dist.barrier()
+    w = dist.barrier(async_op=True)
+    w.wait()
+    assert w.is_completed()
+    dist.barrier(device_ids=[dev.index])
+
+
+@collective_check("object_collectives")
+def _(rank, ws, dev, vals):
+    objs = [{"rank": rank, "x": [1, 2]}, "s"] if rank == 0 else [None, None]
+    dist.broadcast_object_list(objs, src=0)
+    assert objs == [{"rank": 0, "x": [1, 2]}, "s"], objs
+    got = [None] * ws
+    dist.all_gather_object(got, ("r", rank))
+    assert got == [("r", r) for r in range(ws)], got
+
+
+@collective_check("new_group_subgroups")
+def _(rank, ws, dev, vals):
+    g = dist.new_group([0, 1])
+    if rank in (0, 1):
+        t = torch.full((2,), vals[rank], device=dev)
+        dist.all_reduce(t, group=g)
+        _eq(t, torch.full((2,), vals[0] + vals[1]), "new_group all_reduce")
+        assert dist.get_world_size(g) == 2
+    sub, subs = dist.new_subgroups(group_size=1)
+    t = torch.full((2,), vals[rank], device=dev)
+    dist.all_reduce(t, group=sub)
+    _eq(t, torch.full((2,), vals[rank]), "subgroup of one")
+    if ws == 3:
+        sub, _ = dist.new_subgroups_by_enumeration([[0, 2], [1]])
+        t = torch.full((2,), vals[rank], device=dev)
+        dist.all_reduce(t, group=sub)
+        want = vals[0] + vals[2] if rank in (0, 2) else vals[1]
+        _eq(t, torch.full((2,), want), "subgroups by enumeration")
+
+
+@collective_check("local_dtype_mismatch")
+def _(rank, ws, dev, vals):
+    out = torch.empty(ws * 3, device=dev, dtype=torch.float64)
+    try:
+        dist.all_gather_into_tensor(out, torch.ones(3, device=dev))
+    except Exception as e:  # noqa: BLE001
+        assert "dtype" in str(e).lower(), e
+    else:
+        raise AssertionError("dtype mismatch accepted")
+    dist.barrier()
+
+
+@collective_check("cpu_tensor_rejected_clearly")
+def _(rank, ws, dev, vals):
+    # like nccl: a group created with "mccl" serves musa tensors only
+    try:
+        dist.all_reduce(torch.ones(2))
+    except Exception as e:  # noqa: BLE001
+        assert "cpu" in str(e).lower(), e
+    else:
+        raise AssertionError("cpu tensor accepted by a musa-only group")
+
+
 def collectives(rank, ws):
     dev = _dev(rank)
     torch.musa.set_device(dev)
     dist.init_process_group("mccl", rank=rank, world_size=ws, timeout=TIMEOUT)
-    checks = {}
-
-    def check(name):
-        def deco(fn):
-            checks[name] = fn
-            return fn
-        return deco
-
     vals = [float(r + 1) for r in range(ws)]  # rank r contributes r+1
-
-    @check("backend_name")
-    def _():
-        assert dist.get_backend() == "mccl", dist.get_backend()
-        assert dist.is_mccl_available() and torch.musa.mccl.version() >= (1, 0, 0)
-        from torch_musa.distributed import mccl
-        assert set(mccl.NATIVE_OPS) == {"allreduce_", "broadcast_", "_allgather_base_",
-                                        "_reduce_scatter_base_"}, mccl.NATIVE_OPS
-
-    @check("all_reduce_ops")
-    def _():
-        import math
-        for op, want in [(R.SUM, sum(vals)), (R.PRODUCT, math.prod(vals)), (R.MIN, 1.0), (R.MAX, float(ws))]:
-            for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64):
-                t = torch.full((3, 5), vals[rank], device=dev, dtype=dt)
-                ptr = t.data_ptr()
-                dist.all_reduce(t, op=op)
-                _on_musa(t, dev)
-                assert t.data_ptr() == ptr
-                _eq(t, torch.full((3, 5), want), f"all_reduce {op} {dt}")
-        bits = [0b0011, 0b0101, 0b1001]
-        for op, want in [(R.BAND, 0b0011 & 0b0101 & (0b1001 if ws > 2 else 0b1111)),
-                         (R.BOR, 0b0011 | 0b0101 | (0b1001 if ws > 2 else 0)),
-                         (R.BXOR, 0b0011 ^ 0b0101 ^ (0b1001 if ws > 2 else 0))]:
-            t = torch.full((4,), bits[rank], device=dev, dtype=torch.int32)
-            dist.all_reduce(t, op=op)
-            _eq(t, torch.full((4,), want, dtype=torch.int32), f"all_reduce {op}")
-
-    @check("all_reduce_avg")
-    def _():
-        t = torch.full((2,), vals[rank], device=dev)
-        dist.all_reduce(t, op=R.AVG)
-        _eq(t, torch.full((2,), sum(vals) / ws), "AVG")
-
-    @check("all_reduce_async_future")
-    def _():
-        t = torch.full((1000,), vals[rank], device=dev)
-        w = dist.all_reduce(t, async_op=True)
-        fut = w.get_future()
-        chained = fut.then(lambda f: f.value()[0] * 2)
-        assert w.wait()
-        assert w.is_completed()
-        val = fut.wait()
-        assert isinstance(val, list) and val[0].device == dev and val[0].data_ptr() == t.data_ptr()
-        _eq(t, torch.full((1000,), sum(vals)), "async all_reduce")
-        _eq(chained.wait(), torch.full((1000,), 2 * sum(vals)), "future.then")
-
-    @check("all_reduce_zero_copy")
-    def _():
-        t = torch.full((1 << 18,), vals[rank], device=dev)
-        torch.musa.synchronize()
-        before = torch.musa.memory_allocated(dev)
-        torch.musa.reset_peak_memory_stats(dev)
-        dist.all_reduce(t)
-        w = dist.all_reduce(t, async_op=True)
-        w.wait()
-        assert torch.musa.max_memory_allocated(dev) == before, "all_reduce allocated musa memory (a copy)"
-        _eq(t[:4], torch.full((4,), sum(vals) * ws), "all_reduce twice")
-
-    @check("all_reduce_view")
-    def _():
-        base = torch.zeros(4, 6, device=dev)
-        view = base[1:3]  # contiguous view with a storage offset
-        view.fill_(vals[rank])
-        dist.all_reduce(view)
-        _eq(base[1:3], torch.full((2, 6), sum(vals)), "view")
-        _eq(base[0], torch.zeros(6), "outside view")
-
-    @check("broadcast")
-    def _():
-        src = ws - 1
-        t = torch.arange(6, device=dev, dtype=torch.float32) * (rank + 1)
-        dist.broadcast(t, src=src)
-        _eq(t, torch.arange(6) * (src + 1), "broadcast")
-        t = torch.full((3,), rank, device=dev, dtype=torch.int64)
-        w = dist.broadcast(t, src=0, async_op=True)
-        w.wait()
-        _eq(t, torch.zeros(3, dtype=torch.int64), "async broadcast")
-
-    @check("reduce")
-    def _():
-        dst = 1
-        t = torch.full((5,), vals[rank], device=dev)
-        dist.reduce(t, dst=dst, op=R.SUM)
-        if rank == dst:
-            _eq(t, torch.full((5,), sum(vals)), "reduce")
-        t = torch.full((5,), vals[rank], device=dev)
-        dist.reduce(t, dst=0, op=R.MAX, async_op=True).wait()
-        if rank == 0:
-            _eq(t, torch.full((5,), float(ws)), "reduce max")
-
-    @check("premul_sum")
-    def _():
-        # PREMUL_SUM(f): every rank's input times f, then SUM; f a float or a 1-element tensor
-        for f in (2.5, torch.tensor([0.5], device=dev), torch.tensor(3.0)):
-            fv = float(f)
-            want = fv * sum(vals)
-            op = dist._make_nccl_premul_sum(f)
-            for dt in (torch.float32, torch.float64, torch.bfloat16):
-                t = torch.full((3, 4), vals[rank], device=dev, dtype=dt)
-                dist.all_reduce(t, op=op)
-                _on_musa(t, dev)
-                _eq(t, torch.full((3, 4), want), f"all_reduce premul {fv} {dt}")
-            t = torch.full((7,), vals[rank], device=dev)
-            w = dist.all_reduce(t, op=op, async_op=True)
-            w.wait()
-            _eq(w.get_future().value()[0], torch.full((7,), want), "all_reduce premul async")
-            # reduce: the root gets the scaled sum, the other ranks' inputs stay as they were
-            t = torch.full((5,), vals[rank], device=dev)
-            dist.reduce(t, dst=ws - 1, op=op)
-            _eq(t, torch.full((5,), want if rank == ws - 1 else vals[rank]), "reduce premul")
-            t = torch.full((5,), vals[rank], device=dev)
-            dist.reduce(t, dst=0, op=op, async_op=True).wait()
-            _eq(t, torch.full((5,), want if rank == 0 else vals[rank]), "reduce premul async")
-            # reduce_scatter_tensor: rank r gets f * sum over ranks of their chunk r; input untouched
-            inp = torch.stack([torch.full((2,), vals[rank] * (c + 1)) for c in range(ws)]).reshape(-1).to(dev)
-            before = inp.cpu().clone()
-            out = torch.empty(2, device=dev)
-            dist.reduce_scatter_tensor(out, inp, op=op)
-            _eq(out, torch.full((2,), want * (rank + 1)), "reduce_scatter_tensor premul")
-            _eq(inp, before, "reduce_scatter_tensor premul input")
-            out = torch.empty(2, device=dev)
-            dist.reduce_scatter_tensor(out, inp, op=op, async_op=True).wait()
-            _eq(out, torch.full((2,), want * (rank + 1)), "reduce_scatter_tensor premul async")
-            # reduce_scatter (lists)
-            ins = [torch.full((3,), vals[rank] * (c + 1), device=dev) for c in range(ws)]
-            out = torch.empty(3, device=dev)
-            dist.reduce_scatter(out, ins, op=op)
-            _eq(out, torch.full((3,), want * (rank + 1)), "reduce_scatter premul")
-            _eq(ins[0], torch.full((3,), vals[rank]), "reduce_scatter premul input")
-
-    @check("all_gather")
-    def _():
-        t = torch.full((2, 3), vals[rank], device=dev)
-        outs = [torch.empty(2, 3, device=dev) for _ in range(ws)]
-        dist.all_gather(outs, t)
-        for r in range(ws):
-            _on_musa(outs[r], dev)
-            _eq(outs[r], torch.full((2, 3), vals[r]), f"all_gather[{r}]")
-        outs = [torch.empty(2, 3, device=dev) for _ in range(ws)]
-        w = dist.all_gather(outs, t, async_op=True)
-        got = w.get_future().wait()
-        assert got[0][0].device == dev
-        for r in range(ws):
-            _eq(outs[r], torch.full((2, 3), vals[r]), f"async all_gather[{r}]")
-
-    @check("all_gather_into_tensor")
-    def _():
-        t = torch.full((3,), vals[rank], device=dev)
-        out = torch.empty(ws * 3, device=dev)
-        dist.all_gather_into_tensor(out, t)
-        _eq(out, torch.tensor(vals).repeat_interleave(3), "all_gather_into_tensor")
-        out2 = torch.empty(ws, 3, device=dev)
-        w = dist.all_gather_into_tensor(out2, t, async_op=True)
-        assert w.get_future().wait()[0].data_ptr() == out2.data_ptr()
-        _eq(out2, torch.tensor(vals).repeat_interleave(3).view(ws, 3), "stacked")
-
-    @check("reduce_scatter")
-    def _():
-        ins = [torch.full((4,), vals[rank] * (i + 1), device=dev) for i in range(ws)]
-        out = torch.empty(4, device=dev)
-        dist.reduce_scatter(out, ins)
-        _eq(out, torch.full((4,), sum(vals) * (rank + 1)), "reduce_scatter")
-        out = torch.empty(4, device=dev)
-        dist.reduce_scatter(out, ins, op=R.MAX, async_op=True).wait()
-        _eq(out, torch.full((4,), float(ws) * (rank + 1)), "async reduce_scatter max")
-
-    @check("reduce_scatter_tensor")
-    def _():
-        inp = torch.arange(ws * 2, device=dev, dtype=torch.float32) + rank
-        out = torch.empty(2, device=dev)
-        dist.reduce_scatter_tensor(out, inp)
-        full = sum(torch.arange(ws * 2, dtype=torch.float32) + r for r in range(ws))
-        _eq(out, full[rank * 2:(rank + 1) * 2], "reduce_scatter_tensor")
-        out = torch.empty(2, device=dev)
-        dist.reduce_scatter_tensor(out, inp, async_op=True).wait()
-        _eq(out, full[rank * 2:(rank + 1) * 2], "async reduce_scatter_tensor")
-
-    @check("all_to_all")
-    def _():
-        ins = [torch.full((2,), rank * 10 + j, device=dev, dtype=torch.int64) for j in range(ws)]
-        outs = [torch.empty(2, device=dev, dtype=torch.int64) for _ in range(ws)]
-        dist.all_to_all(outs, ins)
-        for j in range(ws):
-            _eq(outs[j], torch.full((2,), j * 10 + rank), f"all_to_all[{j}]")
-        outs = [torch.empty(2, device=dev, dtype=torch.int64) for _ in range(ws)]
-        dist.all_to_all(outs, ins, async_op=True).wait()
-        for j in range(ws):
-            _eq(outs[j], torch.full((2,), j * 10 + rank), f"async all_to_all[{j}]")
-
-    @check("all_to_all_single")
-    def _():
-        inp = torch.arange(ws, device=dev, dtype=torch.float32) + rank * 100
-        out = torch.empty(ws, device=dev)
-        dist.all_to_all_single(out, inp)
-        _eq(out, torch.tensor([r * 100 + rank for r in range(ws)], dtype=torch.float32), "a2a single")
-        # uneven: rank r sends (j+1) elements to rank j
-        in_splits = [j + 1 for j in range(ws)]
-        out_splits = [rank + 1] * ws
-        inp = torch.cat([torch.full((j + 1,), rank * 10 + j, dtype=torch.float32) for j in range(ws)]).to(dev)
-        out = torch.empty(sum(out_splits), device=dev)
-        dist.all_to_all_single(out, inp, out_splits, in_splits, async_op=True).wait()
-        want = torch.cat([torch.full((rank + 1,), r * 10 + rank, dtype=torch.float32) for r in range(ws)])
-        _eq(out, want, "a2a uneven")
-
-    @check("gather_scatter")
-    def _():
-        t = torch.full((3,), vals[rank], device=dev)
-        gl = [torch.empty(3, device=dev) for _ in range(ws)] if rank == 0 else None
-        dist.gather(t, gl, dst=0)
-        if rank == 0:
-            for r in range(ws):
-                _eq(gl[r], torch.full((3,), vals[r]), f"gather[{r}]")
-        out = torch.empty(2, device=dev)
-        sl = [torch.full((2,), 7.0 + r, device=dev) for r in range(ws)] if rank == ws - 1 else None
-        dist.scatter(out, sl, src=ws - 1)
-        _eq(out, torch.full((2,), 7.0 + rank), "scatter")
-        out = torch.empty(2, device=dev)
-        dist.scatter(out, sl, src=ws - 1, async_op=True).wait()
-        _eq(out, torch.full((2,), 7.0 + rank), "async scatter")
-
-    @check("send_recv")
-    def _():
-        nxt, prv = (rank + 1) % ws, (rank - 1) % ws
-        s = torch.full((4,), vals[rank], device=dev)
-        r = torch.empty(4, device=dev)
-        if rank % 2 == 0:
-            dist.send(s, nxt)
-            dist.recv(r, prv)
-        else:
-            dist.recv(r, prv)
-            dist.send(s, nxt)
-        _eq(r, torch.full((4,), vals[prv]), "send/recv")
-        r2 = torch.empty(4, device=dev)
-        ws_ = [dist.isend(s * 2, nxt), dist.irecv(r2, prv)]
-        for w in ws_:
-            w.wait()
-        _eq(r2, torch.full((4,), 2 * vals[prv]), "isend/irecv")
-        r3 = torch.empty(4, device=dev)
-        ops = [dist.P2POp(dist.isend, s * 3, nxt), dist.P2POp(dist.irecv, r3, prv)]
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
-        _eq(r3, torch.full((4,), 3 * vals[prv]), "batch_isend_irecv")
-
-    @check("barrier")
-    def _():
-        dist.barrier()
-        w = dist.barrier(async_op=True)
-        w.wait()
-        assert w.is_completed()
-        dist.barrier(device_ids=[dev.index])
-
-    @check("object_collectives")
-    def _():
-        objs = [{"rank": rank, "x": [1, 2]}, "s"] if rank == 0 else [None, None]
-        dist.broadcast_object_list(objs, src=0)
-        assert objs == [{"rank": 0, "x": [1, 2]}, "s"], objs
-        got = [None] * ws
-        dist.all_gather_object(got, ("r", rank))
-        assert got == [("r", r) for r in range(ws)], got
-
-    @check("new_group_subgroups")
-    def _():
-        g = dist.new_group([0, 1])
-        if rank in (0, 1):
-            t = torch.full((2,), vals[rank], device=dev)
-            dist.all_reduce(t, group=g)
-            _eq(t, torch.full((2,), vals[0] + vals[1]), "new_group all_reduce")
-            assert dist.get_world_size(g) == 2
-        sub, subs = dist.new_subgroups(group_size=1)
-        t = torch.full((2,), vals[rank], device=dev)
-        dist.all_reduce(t, group=sub)
-        _eq(t, torch.full((2,), vals[rank]), "subgroup of one")
-        if ws == 3:
-            sub, _ = dist.new_subgroups_by_enumeration([[0, 2], [1]])
-            t = torch.full((2,), vals[rank], device=dev)
-            dist.all_reduce(t, group=sub)
-            want = vals[0] + vals[2] if rank in (0, 2) else vals[1]
-            _eq(t, torch.full((2,), want), "subgroups by enumeration")
-
-    @check("local_dtype_mismatch")
-    def _():
-        out = torch.empty(ws * 3, device=dev, dtype=torch.float64)
-        try:
-            dist.all_gather_into_tensor(out, torch.ones(3, device=dev))
-        except Exception as e:  # noqa: BLE001
-            assert "dtype" in str(e).lower(), e
-        else:
-            raise AssertionError("dtype mismatch accepted")
-        dist.barrier()
-
-    @check("cpu_tensor_rejected_clearly")
-    def _():
-        # like nccl: a group created with "mccl" serves musa tensors only
-        try:
-            dist.all_reduce(torch.ones(2))
-        except Exception as e:  # noqa: BLE001
-            assert "cpu" in str(e).lower(), e
-        else:
-            raise AssertionError("cpu tensor accepted by a musa-only group")
-
     results = {}
-    for name, fn in checks.items():
+    for name, fn in COLLECTIVE_CHECKS.items():
         t0 = time.monotonic()
         try:
-            fn()
+            fn(rank, ws, dev, vals)
             results[name] = "ok"
         except Exception:  # noqa: BLE001
             results[name] = traceback.format_exc()[-3000:]

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 import torch_musa
 import torch_musa.distributed
-from tests.distributed import launch
+from tests.distributed import _worker, launch
 from torch_musa.config import CONFIG
 from torch_musa.distributed import _C as mccl_C
 from torch_musa.distributed import mccl
@@ -27,13 +27,7 @@ torch_musa.distributed.register()
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
 
-COLLECTIVE_CHECKS = [
-    "backend_name", "all_reduce_ops", "all_reduce_avg", "all_reduce_async_future", "all_reduce_zero_copy",
-    "all_reduce_view", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather_scatter", "send_recv", "barrier",
-    "object_collectives", "new_group_subgroups", "local_dtype_mismatch", "cpu_tensor_rejected_clearly",
-    "premul_sum",
-]
+COLLECTIVE_CHECKS = list(_worker.COLLECTIVE_CHECKS)  # the collectives scenario's checks
 
 
 # Every Gloo call staged through host copies: the path the cuda driver takes when ranks

@@ -39,6 +39,7 @@ from torch._inductor.lowering import fallback_handler, lowerings
 from torch._inductor.scheduler import BaseSchedulerNode
 from torch._inductor.virtualized import V
 
+from torch_musa._driver import pick
 from torch_musa._inductor import kernel_device
 from torch_musa._inductor.aoti import MusaCppWrapperCpu
 from torch_musa.config import CONFIG
@@ -343,17 +344,25 @@ def _load_builtin_device_op_overrides() -> None:
             pass
 
 
+def _host_driver_scheduling():
+    """The host driver's: the CPU's C++ scheduling over musa memory (host RAM), answering
+    Inductor's questions as for the CPU's code."""
+    _answer_as_cpp_code_for_musa()
+    _lower_bernoulli_p_as_one_fallback()
+    _variance_as_on_the_cpu()
+    _store_bool_masks_lane_by_lane()
+    return CppScheduling
+
+
+def _cuda_driver_install():
+    """The cuda driver's: each graph compiles with Inductor's own CUDA path (kernel_device)."""
+    kernel_device.install("cuda", ProfileDtypeCheck())
+    return _cuda_driver_scheduling
+
+
 def register() -> None:
     """Register the musa backend with Inductor (idempotent)."""
-    if CONFIG.driver == "host":
-        scheduling = CppScheduling
-        _answer_as_cpp_code_for_musa()
-        _lower_bernoulli_p_as_one_fallback()
-        _variance_as_on_the_cpu()
-        _store_bool_masks_lane_by_lane()
-    else:
-        scheduling = _cuda_driver_scheduling
-        kernel_device.install("cuda", ProfileDtypeCheck())
+    scheduling = pick(host=_host_driver_scheduling, cuda=_cuda_driver_install)()
     register_backend_for_device(
         DEVICE,
         scheduling,

@@ -43,6 +43,7 @@ from torch.nn.attention import SDPBackend
 
 from torch_musa.attention import cpu_rule, flash
 from torch_musa.attention.flash import flash_attention_backward, flash_attention_forward
+from torch_musa._driver import pick
 from torch_musa.config import CONFIG
 from torch_musa.core import backends
 
@@ -280,14 +281,20 @@ _HOST_FLASH_DTYPES = (torch.float32, torch.float64)
 
 
 def register() -> None:
-    """Install the musa SDPA kernels (idempotent); called from ``torch_musa/__init__.py``."""
+    """Install the driver's SDPA kernels (idempotent; ``torch_musa/_setup.py`` calls it):
+    musa's own (here) on the host driver, the GPU's under the cuda driver (attention/gpu.py)."""
+    pick(host=_register_own, cuda=_register_gpu)()
+
+
+def _register_gpu() -> None:
+    from torch_musa.attention import gpu
+
+    gpu.register()
+
+
+def _register_own() -> None:
     global _installed
     if _installed:
-        return
-    if CONFIG.driver == "cuda":  # the GPU's own kernels instead (attention/gpu.py)
-        from torch_musa.attention import gpu
-
-        gpu.register()
         return
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("_fused_sdp_choice", _fused_sdp_choice, "PrivateUse1")

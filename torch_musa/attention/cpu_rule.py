@@ -77,9 +77,9 @@ def _stand_in(t, requires_grad: bool):
         return t.detach()
     if _ALIAS_IS_CPU is None:
         from torch_musa import _C
-        from torch_musa.config import CONFIG
+        from torch_musa._driver import KERNEL_DEVICE
 
-        _kernel_alias, _ALIAS_IS_CPU = _C._kernel_alias, CONFIG.driver != "cuda"
+        _kernel_alias, _ALIAS_IS_CPU = _C._kernel_alias, KERNEL_DEVICE == "cpu"
     if (_ALIAS_IS_CPU and type(t) is torch.Tensor and t.device.type == "musa"
             and not torch._C._len_torch_dispatch_stack()):
         return _kernel_alias(t)

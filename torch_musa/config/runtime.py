@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 from collections.abc import Mapping, MutableMapping
 
 import torch
 
 from torch_musa.config.profiles import PROFILES, HardwareProfile, gpu_profile
-from torch_musa.config.variables import (VARIABLES, AllocatorSettings, Variable, alloc_conf_error, cuda_alloc_conf,
-                                         split_alloc_conf, visible_devices)
+from torch_musa.config.variables import (PYTORCH_VARIABLES, VARIABLES, AllocatorSettings, Variable,
+                                         cuda_alloc_conf, from_cuda_names, host_allocator_arguments,
+                                         visible_devices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +40,7 @@ class RuntimeConfig:
     mccl_stage_gloo: bool
     testing_rendezvous: str  # "host:port:pid" a parent's gen_ip_port chose; "" if none
     musa_home: str  # the MUSA toolkit's root as set; "" if unset
+    pytorch_env: Mapping[str, str]  # PyTorch's variables read in its place (PYTORCH_TUNABLEOP_*), as set
 
     @property
     def device_count(self) -> int:
@@ -54,15 +57,10 @@ def cuda_driver_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _with_cuda_names(environ: Mapping[str, str]) -> Mapping[str, str]:
-    """``environ`` with the CUDA names standing in for unset musa ones (TORCH_MUSA_CUDA_COMPAT)."""
-    view = dict(environ)
-    for v in VARIABLES.values():
-        if v.cuda_name and v.name not in environ and v.cuda_name in environ:
-            value = environ[v.cuda_name]
-            if v.name == "PYTORCH_MUSA_ALLOC_CONF":
-                value = ",".join(split_alloc_conf(value)[0])  # CUDA-only options have no musa meaning
-            view[v.name] = value
-    return view
+    """``environ`` with the CUDA twins standing in for unset musa variables (TORCH_MUSA_CUDA_COMPAT);
+    CUDA-only allocator options are dropped silently (cuda_compat warns when it copies them)."""
+    values, _ = from_cuda_names(environ, [v.name for v in VARIABLES.values() if v.cuda_twin])
+    return {**environ, **values}
 
 
 def _host_ram_share() -> int:
@@ -147,9 +145,8 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
         profile = _start_cuda()
         physical = tuple(range(profile.num_devices))
     else:
-        if allocator.others:  # the cuda driver passes them on to CUDA's allocator
-            raise VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].error(
-                view["PYTORCH_MUSA_ALLOC_CONF"], alloc_conf_error(allocator.others[0]))
+        # refuses options the host allocator does not know (the cuda driver passes them to CUDA's)
+        host_allocator_arguments(allocator, view.get("PYTORCH_MUSA_ALLOC_CONF"))
         profile = PROFILES[value["TORCH_MUSA_PROFILE"]]
         physical = visible_devices(value["MUSA_VISIBLE_DEVICES"], profile.num_devices)
     capacity = value["TORCH_MUSA_DEVICE_MEMORY"]
@@ -174,6 +171,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> RuntimeConfig:
         mccl_stage_gloo=value["MCCL_STAGE_GLOO"],
         testing_rendezvous=value["TORCH_MUSA_TESTING_RENDEZVOUS"],
         musa_home=value["MUSA_HOME"],
+        pytorch_env=types.MappingProxyType({n: environ[n] for n in PYTORCH_VARIABLES if n in environ}),
     )
 
 

@@ -9,13 +9,55 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from torch_musa._table import render
 from torch_musa.config.profiles import DEFAULT_PROFILE, PROFILES, profile_key
 
 INT64_MAX = (1 << 63) - 1
+
+
+#: The CUDA -> MUSA mapping table; its ``env:`` section is the one table of environment
+#: twins (the converter renames them, cuda_compat copies them, the variables below take theirs).
+MAPPING_TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cuda_mapping.yaml")
+
+
+def read_env_table(path: str = MAPPING_TABLE) -> dict[str, str]:
+    """The mapping table's ``env:`` section, CUDA name -> MUSA name, in its order.
+
+    This layer imports no PyYAML (``torch_musa.cuda_mapping`` reads the whole table with it),
+    so it reads this one flat section itself: ``NAME: NAME`` lines indented under a top-level
+    ``env:``, comments and blank lines skipped; any other line there is an error, not a guess
+    (tests/config pins that this reads what PyYAML reads)."""
+    out: dict[str, str] = {}
+    inside = False
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            text = line.split("#", 1)[0].rstrip()
+            if not text:
+                continue
+            if not text[0].isspace():  # a top-level key
+                if inside:
+                    break
+                inside = text == "env:"
+            elif inside:
+                m = re.fullmatch(r"\s+([A-Za-z_]\w*):\s*([A-Za-z_]\w*)", text)
+                if not m:
+                    raise ValueError(f"{path}:{number}: the env: section holds `CUDA_NAME: MUSA_NAME` "
+                                     f"lines only, not {line.strip()!r}")
+                out[m.group(1)] = m.group(2)
+    if not out:
+        raise ValueError(f"{path}: no env: section")
+    return out
+
+
+#: CUDA name -> MUSA name (the mapping table's ``env:`` section).
+CUDA_ENV: dict[str, str] = read_env_table()
+#: MUSA name -> its CUDA twin.
+CUDA_TWIN: dict[str, str] = {musa: cuda for cuda, musa in CUDA_ENV.items()}
 
 
 class Invalid(ValueError):
@@ -216,7 +258,29 @@ def cuda_alloc_conf(spec: str) -> str:
                     if item.partition(":")[0].strip() not in _MUSA_ONLY_ALLOC_OPTIONS)
 
 
-def alloc_conf_error(option: str) -> str:
+def from_cuda_names(environ: Mapping[str, str],
+                    musa_names: Iterable[str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The MUSA variables of the mapping table's ``env:`` section (or only ``musa_names``) that
+    ``environ`` leaves unset while their CUDA twin is set, each with its twin's value; and the
+    PYTORCH_CUDA_ALLOC_CONF options dropped on the way (CUDA-only options have no musa meaning).
+
+    The one CUDA -> MUSA translation of the environment: the configuration reads the CUDA names
+    through it under TORCH_MUSA_CUDA_COMPAT (silently), and ``cuda_compat.apply_env_aliases``
+    copies them into ``os.environ`` (warning about what it drops)."""
+    wanted = None if musa_names is None else set(musa_names)
+    values: dict[str, str] = {}
+    dropped: list[str] = []
+    for cuda, musa in CUDA_ENV.items():
+        if (wanted is None or musa in wanted) and cuda in environ and musa not in environ:
+            value = environ[cuda]
+            if musa == "PYTORCH_MUSA_ALLOC_CONF":
+                keep, dropped = split_alloc_conf(value)
+                value = ",".join(keep)
+            values[musa] = value
+    return values, dropped
+
+
+def _alloc_conf_error(option: str) -> str:
     """Why the host driver refuses an option of PYTORCH_MUSA_ALLOC_CONF."""
     why = f"unknown or malformed option {option!r}"
     if option.partition(":")[0].strip() == "expandable_segments":
@@ -305,10 +369,20 @@ class Variable:
     default: Any  # the value when unset or empty
     default_text: str  # the default as the table shows it
     meaning: str
-    # Its CUDA name: read in its place under TORCH_MUSA_CUDA_COMPAT when this one is
-    # unset, and set from it under the cuda driver when that one is unset.
-    cuda_name: str | None = None
+    # Whether its CUDA twin (the name the mapping table's env: section gives it) is read in
+    # its place under TORCH_MUSA_CUDA_COMPAT when this one is unset, and set from it under
+    # the cuda driver when that one is unset.
+    cuda_twin: bool = False
     empty_is_value: bool = False  # MUSA_VISIBLE_DEVICES="" means no device, as CUDA's
+
+    def __post_init__(self):
+        if self.cuda_twin and self.name not in CUDA_TWIN:
+            raise ValueError(f"{self.name}: {MAPPING_TABLE}'s env: section names no CUDA twin for it")
+
+    @property
+    def cuda_name(self) -> str | None:
+        """Its CUDA twin's name, from the mapping table (None without ``cuda_twin``)."""
+        return CUDA_TWIN[self.name] if self.cuda_twin else None
 
     def read(self, environ: Mapping[str, str]) -> Any:
         return self.parse(environ.get(self.name))
@@ -341,13 +415,13 @@ _DECLARED = (
              "The simulated card: name, arch, memory, dtypes (the cuda driver reports the GPU)"),
     Variable("MUSA_VISIBLE_DEVICES", DeviceList(), None, "all",
              "Devices this process sees, in order, as `CUDA_VISIBLE_DEVICES` (the cuda driver sets that from it)",
-             cuda_name="CUDA_VISIBLE_DEVICES", empty_is_value=True),
+             cuda_twin=True, empty_is_value=True),
     Variable("TORCH_MUSA_DEVICE_MEMORY", Size(1, MAX_DEVICE_MEMORY, "2^62 bytes (4 EiB)"), None, "the profile's", "Memory of each device"),
     Variable("TORCH_MUSA_HOST_MEMORY_LIMIT", Size(0), None, "80 % of RAM",
              "Host RAM all devices together may reserve (host driver)"),
     Variable("PYTORCH_MUSA_ALLOC_CONF", AllocConf(), AllocatorSettings(), "none",
              "Caching allocator options (the cuda driver passes any of CUDA's on as `PYTORCH_CUDA_ALLOC_CONF`)",
-             cuda_name="PYTORCH_CUDA_ALLOC_CONF"),
+             cuda_twin=True),
     Variable("TORCH_MUSA_FALLBACK", Choice("warn", "silent", "error"), "warn", "`warn`",
              "An op served by the CPU fallback warns once, is silent, or raises"),
     Variable("TORCH_USE_MUSA_DOUBLE_CAST", Flag(), False, "`0`",
@@ -378,12 +452,40 @@ _DECLARED = (
 VARIABLES: dict[str, Variable] = {v.name: v for v in _DECLARED}
 
 
+def host_allocator_arguments(settings: AllocatorSettings, given: str | None = None) -> tuple[int, float, list[int]]:
+    """``settings`` as the host driver's caching allocator takes them: the positional arguments
+    of ``_C._set_allocator_settings``, in its order.
+
+    An option it does not know (one of ``settings.others``, which the cuda driver passes on to
+    CUDA's allocator) is PYTORCH_MUSA_ALLOC_CONF's ValueError naming ``given`` (the text as
+    set; ``settings.text`` by default): the one check and the one message, for the
+    configuration read at import and for ``torch.musa._set_allocator_settings``."""
+    if settings.others:
+        raise VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].error(settings.text if given is None else given,
+                                                         _alloc_conf_error(settings.others[0]))
+    return (settings.max_split_size_bytes, settings.garbage_collection_threshold,
+            list(settings.roundup_power2_divisions))
+
+
+#: PyTorch's own variables that torch_musa reads in PyTorch's place, as set (their values are
+#: checked where used, as PyTorch does): TunableOp's, which the host driver's
+#: ``torch.musa.tunable`` honours as ``torch.cuda.tunable`` does (under the cuda driver
+#: PyTorch's TunableOp reads them itself). PyTorch documents them: not in the README's table.
+PYTORCH_VARIABLES: dict[str, Variable] = {v.name: v for v in (
+    Variable(f"PYTORCH_TUNABLEOP_{name}", Text(allowed), None, "unset", meaning)
+    for name, allowed, meaning in (
+        ("ENABLED", "`1`", "TunableOp on"),
+        ("TUNING", "`0`", "no tuning of GEMMs without a result"),
+        ("RECORD_UNTUNED", "`1`", "record untuned GEMMs"),
+        ("MAX_TUNING_DURATION_MS", "an integer", "milliseconds to tune one solution"),
+        ("MAX_TUNING_ITERATIONS", "an integer", "iterations to tune one solution"),
+        ("ROTATING_BUFFER_SIZE", "an integer (MB)", "the rotating buffer"),
+        ("FILENAME", "a file name", "the results file"),
+    ))}
+
+
 def markdown_table() -> str:
     """The README's table of environment variables."""
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|")
-
-    rows = ["| Variable | Values | Default | Meaning |", "|---|---|---|---|"]
-    for v in _DECLARED:
-        rows.append(f"| `{v.name}` | {cell(v.kind.brief)} | {cell(v.default_text)} | {cell(v.meaning)} |")
-    return "\n".join(rows) + "\n"
+    return render(["Variable", "Values", "Default", "Meaning"],
+                  [[f"`{v.name}`", v.kind.brief, v.default_text, v.meaning] for v in _DECLARED],
+                  markdown=True) + "\n"

@@ -4,6 +4,7 @@ from pathlib import Path as _Path
 import torch as _torch
 
 from torch_musa import _C
+from torch_musa._driver import serves_configured_driver as _serves_configured_driver
 from torch_musa.config import CONFIG as _CONFIG
 from torch_musa.core import _lazy, comm
 from torch_musa.core._lazy import (
@@ -162,7 +163,7 @@ def get_amp_supported_dtype():
 def _is_compiled() -> bool:
     """Whether the C++ runtime (torch_musa._C) is loaded and serving the configured driver,
     as ``torch.cuda._is_compiled()`` says whether torch was built with CUDA."""
-    return _C._driver_name() == _CONFIG.driver
+    return _serves_configured_driver()
 
 
 # Names of torch.musa that live in layers above it, registered by the package root as

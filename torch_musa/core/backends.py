@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from torch_musa.config import CONFIG
+from torch_musa._driver import pick
 from torch_musa.core import mudnn as _mudnn
 
 __all__ = [
@@ -39,14 +39,70 @@ def is_built() -> bool:
     return True
 
 
-def _on_gpu() -> bool:
-    return CONFIG.driver == "cuda"
-
-
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"torch.backends.musa.matmul.{name} takes a bool, got {type(value).__name__}")
     return value
+
+
+class _HostSwitches:
+    """The host driver's: musa keeps its switches itself (its kernels are the host's own)."""
+
+    @staticmethod
+    def matmul_get(module, name: str):
+        return module._host[name]
+
+    @staticmethod
+    def matmul_set(module, name: str, value: Any) -> None:
+        if name != "allow_tf32" and isinstance(value, (tuple, list)) and value:
+            value = value[0]  # (allow_reduced_precision, allow_splitk), as CUDA takes it
+        module._host[name] = _bool(name, value)
+
+    @staticmethod
+    def preferred_linalg_library(backend):
+        if backend is not None:
+            name = backend if isinstance(backend, str) else str(backend).rsplit(".", 1)[-1].lower()
+            if name.lower() != "default":
+                raise RuntimeError(f"preferred_linalg_library: the musa host driver has one linalg "
+                                   f"library ('default', the CPU's LAPACK); got {backend!r}")
+        return torch._C._LinalgBackend.Default
+
+    @staticmethod
+    def mudnn_get(module, name: str):
+        return module._host[name]
+
+    @staticmethod
+    def mudnn_set(module, name: str, value: bool) -> None:
+        module._host[name] = value
+
+
+class _CudaSwitches:
+    """The cuda driver's: CUDA's own switches (its kernels are cuBLAS's and cuDNN's)."""
+
+    @staticmethod
+    def matmul_get(module, name: str):
+        return getattr(torch.backends.cuda.matmul, name)
+
+    @staticmethod
+    def matmul_set(module, name: str, value: Any) -> None:
+        setattr(torch.backends.cuda.matmul, name, value)
+
+    @staticmethod
+    def preferred_linalg_library(backend):
+        return torch.backends.cuda.preferred_linalg_library(backend)
+
+    @staticmethod
+    def mudnn_get(module, name: str):
+        if name in ("deterministic",):
+            return torch.backends.cudnn.deterministic
+        return getattr(torch.backends.cudnn, name)
+
+    @staticmethod
+    def mudnn_set(module, name: str, value: bool) -> None:
+        setattr(torch.backends.cudnn, name, value)
+
+
+_SWITCHES = pick(host=_HostSwitches, cuda=_CudaSwitches)
 
 
 class MatmulModule:
@@ -65,20 +121,13 @@ class MatmulModule:
         if name not in MatmulModule._NAMES:
             raise AttributeError(f"torch.backends.musa.matmul has no attribute {name!r}; "
                                  f"it has {', '.join(MatmulModule._NAMES)}")
-        if _on_gpu():
-            return getattr(torch.backends.cuda.matmul, name)
-        return self._host[name]
+        return _SWITCHES.matmul_get(self, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in MatmulModule._NAMES:
             raise AttributeError(f"torch.backends.musa.matmul has no attribute {name!r}; "
                                  f"it has {', '.join(MatmulModule._NAMES)}")
-        if _on_gpu():
-            setattr(torch.backends.cuda.matmul, name, value)
-            return
-        if name != "allow_tf32" and isinstance(value, (tuple, list)) and value:
-            value = value[0]  # (allow_reduced_precision, allow_splitk), as CUDA takes it
-        self._host[name] = _bool(name, value)
+        _SWITCHES.matmul_set(self, name, value)
 
     def __repr__(self) -> str:
         return "torch.backends.musa.matmul(" + ", ".join(
@@ -93,14 +142,7 @@ _host_linalg = ["default"]
 def preferred_linalg_library(backend: None | str | torch._C._LinalgBackend = None):
     """Which linear-algebra library musa's linalg ops use. Under the cuda driver this is
     CUDA's setting; the host driver has one (the CPU's LAPACK), reported as ``Default``."""
-    if _on_gpu():
-        return torch.backends.cuda.preferred_linalg_library(backend)
-    if backend is not None:
-        name = backend if isinstance(backend, str) else str(backend).rsplit(".", 1)[-1].lower()
-        if name.lower() != "default":
-            raise RuntimeError(f"preferred_linalg_library: the musa host driver has one linalg "
-                               f"library ('default', the CPU's LAPACK); got {backend!r}")
-    return torch._C._LinalgBackend.Default
+    return _SWITCHES.preferred_linalg_library(backend)
 
 
 # ---------------------------------------------------------------- SDPA switches
@@ -181,21 +223,14 @@ class _MudnnModule(types.ModuleType):
     def __getattr__(self, name: str):
         if name not in _MudnnModule._NAMES:
             raise AttributeError(f"torch.backends.mudnn has no attribute {name!r}")
-        if _on_gpu():
-            if name in ("deterministic",):
-                return torch.backends.cudnn.deterministic
-            return getattr(torch.backends.cudnn, name)
-        return self._host[name]
+        return _SWITCHES.mudnn_get(self, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in _MudnnModule._NAMES:
             return super().__setattr__(name, value)
         if not isinstance(value, bool):
             raise TypeError(f"torch.backends.mudnn.{name} takes a bool, got {type(value).__name__}")
-        if _on_gpu():
-            setattr(torch.backends.cudnn, name, value)
-        else:
-            self._host[name] = value
+        _SWITCHES.mudnn_set(self, name, value)
 
 
 mudnn = _MudnnModule()

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from torch_musa import _C
+from torch_musa._driver import pick
 from torch_musa.config import CONFIG
 from torch_musa.config.profiles import PROFILES, cuda_device_properties
 from torch_musa.core import _lazy
@@ -147,20 +148,46 @@ class _MusaDeviceProperties:
 _FIRST_PCI_BUS = 0x10
 
 
-def _uuid(physical: int) -> str:
-    """The GPU's own under the cuda driver; else one derived from "MUSA", the arch and the index."""
-    if CONFIG.driver == "cuda":
+class _HostCard:
+    """The host driver's devices: the modeled card's."""
+
+    @staticmethod
+    def uuid(physical: int) -> str:
+        """One derived from "MUSA", the arch and the index."""
+        p = CONFIG.profile
+        return f"4d555341-{p.major:02x}{p.minor:02x}-4000-8000-{physical:012x}"
+
+    @staticmethod
+    def pci_location(physical: int) -> tuple[int, int, int]:
+        """(bus, device, domain): consecutive buses, one per physical index."""
+        return _FIRST_PCI_BUS + physical, 0, 0
+
+    @staticmethod
+    def can_access_peer(a: int, b: int) -> bool:
+        """All devices live in host RAM: any two distinct ones can."""
+        return a != b
+
+
+class _GpuCard:
+    """The cuda driver's devices: the GPU's own answers."""
+
+    @staticmethod
+    def uuid(physical: int) -> str:
         return str(cuda_device_properties(physical).uuid)
-    p = CONFIG.profile
-    return f"4d555341-{p.major:02x}{p.minor:02x}-4000-8000-{physical:012x}"
 
-
-def _pci_location(physical: int) -> tuple[int, int, int]:
-    """(bus, device, domain): the GPU's own under the cuda driver (NUMA binding reads it)."""
-    if CONFIG.driver == "cuda":
+    @staticmethod
+    def pci_location(physical: int) -> tuple[int, int, int]:
+        """(bus, device, domain): the GPU's own (NUMA binding reads it)."""
         props = cuda_device_properties(physical)
         return tuple(int(getattr(props, f"pci_{n}_id", 0)) for n in ("bus", "device", "domain"))
-    return _FIRST_PCI_BUS + physical, 0, 0
+
+    @staticmethod
+    def can_access_peer(a: int, b: int) -> bool:
+        return torch._C._cuda_canDeviceAccessPeer(a, b)  # cuda_compat binds torch.cuda's name here
+
+
+_CARD = pick(host=_HostCard, cuda=_GpuCard)
+_uuid, _pci_location = _CARD.uuid, _CARD.pci_location
 
 
 def get_device_properties(device: _device_t = None) -> _MusaDeviceProperties:
@@ -229,6 +256,4 @@ def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:
     b = _get_device_index(peer_device, optional=True)
     for index in (a, b):
         _C._check_device(index)  # IndexError naming the valid range
-    if CONFIG.driver == "cuda":
-        return torch._C._cuda_canDeviceAccessPeer(a, b)  # cuda_compat binds torch.cuda's name here
-    return a != b
+    return _CARD.can_access_peer(a, b)

@@ -34,7 +34,7 @@ from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_musa import _C
-from torch_musa.config import CONFIG
+from torch_musa._driver import pick
 from torch_musa.core import _lazy
 from torch_musa.core.memory import empty_cache
 from torch_musa.core.device import synchronize
@@ -50,22 +50,11 @@ __all__ = [
     "update_musa_graph_with_profile",
 ]
 
-_CUDA = CONFIG.driver == "cuda"
 # graph_pool_handle()'s type (torch.cuda._POOL_HANDLE): a pool id, (0, n) or (n, 0).
 _POOL_HANDLE = torch.cuda._POOL_HANDLE
 _MODES = {"global": 0, "thread_local": 1, "relaxed": 2}
 _pools: "weakref.WeakValueDictionary[tuple[int, int], _Pool]" = weakref.WeakValueDictionary()
 _pools_lock = threading.Lock()
-
-
-def is_current_stream_capturing() -> bool:
-    """Whether the current musa stream is capturing a graph."""
-    if _CUDA:
-        return torch._C._cuda_isCurrentStreamCapturing()  # not torch.cuda's name: cuda_compat binds it here
-    if not _lazy.is_initialized():
-        return False
-    s = current_stream()
-    return _C._stream_is_capturing(s.device_index, s.stream_id)
 
 
 def update_musa_graph_with_profile() -> None:
@@ -87,13 +76,6 @@ def _cuda_default_generator(device: int) -> torch.Generator:
     gens = torch.cuda.default_generators
     g = gens[device] if device < len(gens) else None
     return g if isinstance(g, torch.Generator) and g.device.type == "cuda" else _C._default_generator(device)
-
-
-def graph_pool_handle() -> _POOL_HANDLE:
-    """An opaque token naming a graph memory pool, to share one pool between captures."""
-    if _CUDA:
-        return _POOL_HANDLE(torch._C._graph_pool_handle())
-    return _POOL_HANDLE(tuple(_C._mempool_new_id(True)))
 
 
 class _Pool:
@@ -311,55 +293,58 @@ class _CompileSafeRecorder(_Recorder):
     __torch_dispatch__ = _Recorder.__torch_dispatch__
 
 
-class MUSAGraph:
-    """A captured graph of musa work, replayed with ``replay()`` (torch.cuda.CUDAGraph's API)."""
+class _GraphBase:
+    """What both drivers' MUSA graphs share (torch.cuda.CUDAGraph's API)."""
 
     def __init__(self, keep_graph: bool = False):
-        # torch.cuda.graphs' class: TORCH_MUSA_CUDA_COMPAT=1 makes torch.cuda.CUDAGraph this one.
-        self._cuda = torch.cuda.graphs.CUDAGraph(keep_graph) if _CUDA else None
+        self._generators: list[torch.Generator] = []
+        self._debug = False
+
+    @staticmethod
+    def _check_mode(capture_error_mode: str) -> None:
+        if capture_error_mode not in _MODES:
+            raise ValueError(f"capture_error_mode must be one of {sorted(_MODES)}, "
+                             f"got {capture_error_mode!r}")
+
+    def __del__(self):
+        try:
+            if getattr(self, "_recorder", None) is None:
+                self.reset()
+        except Exception:  # never raise from the garbage collector
+            pass
+
+
+class _HostGraph(_GraphBase):
+    """A captured graph of musa work, replayed with ``replay()`` (torch.cuda.CUDAGraph's API).
+
+    The host driver's: capture records each op into the runtime's replay list."""
+
+    def __init__(self, keep_graph: bool = False):
+        super().__init__(keep_graph)
         self._exec = None
         self._recorder: _Recorder | None = None
         self._pool: _Pool | None = None
         self._pool_id: tuple[int, int] | None = None
         self._stream: tuple[int, int] | None = None
         self._rng: list[torch.Tensor] = []
-        self._generators: list[torch.Generator] = []
-        self._cuda_gens: list[torch.Generator] = []  # in capture mode while a CUDA capture runs
-        self._cuda_pool: tuple | None = None  # (stream, device, *pool id) while a capture runs
-        self._debug = False
         self._ops: list[str] = []
         self._routed = False  # the allocator routes (or routed) this capture to the pool
+
+    @staticmethod
+    def _is_current_stream_capturing() -> bool:
+        if not _lazy.is_initialized():
+            return False
+        s = current_stream()
+        return _C._stream_is_capturing(s.device_index, s.stream_id)
+
+    @staticmethod
+    def _new_pool_id() -> tuple[int, int]:
+        return tuple(_C._mempool_new_id(True))
 
     def capture_begin(self, pool: tuple[int, int] | None = None,
                       capture_error_mode: str = "global") -> None:
         """Begin capturing musa work on the current stream (``graph`` calls this for you)."""
-        if capture_error_mode not in _MODES:
-            raise ValueError(f"capture_error_mode must be one of {sorted(_MODES)}, "
-                             f"got {capture_error_mode!r}")
-        if self._cuda is not None:
-            s = current_stream()
-            if s == default_stream(s.device_index):
-                # Checked here: CUDA checks after putting the generators in capture mode, and
-                # its refusal left every later draw of the process raising.
-                raise RuntimeError("MUSA graphs must be captured on a non-default stream. "
-                                   "(However, after capture, it's ok to replay them on the "
-                                   "default stream.)")
-            # The generators CUDA's capture puts in capture mode: the current device's
-            # default one (musa's default generator is CUDA's there) and those registered.
-            self._cuda_gens = ([_cuda_default_generator(torch._C._cuda_getDevice())]
-                               + self._generators)
-            # The pool named here (one of its own unless shared) so that a capture CUDA fails
-            # to end can still give it back: CUDA's capture_end raises before it ends the pool
-            # and reset() then skips it, which kept its memory, and a per-allocation capture
-            # check, for the rest of the process.
-            pool = tuple(pool) if pool is not None else tuple(torch._C._graph_pool_handle())
-            try:
-                self._cuda.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
-            except BaseException:
-                self._release_cuda_generators()
-                raise
-            self._cuda_pool = (s, torch._C._cuda_getDevice(), *pool)
-            return
+        self._check_mode(capture_error_mode)
         if self._exec is not None or self._recorder is not None:
             raise RuntimeError("This MUSAGraph instance already owns a captured graph. To "
                                "capture a new graph, call reset() or create a new instance.")
@@ -400,14 +385,6 @@ class MUSAGraph:
 
     def capture_end(self) -> None:
         """End capture; afterwards ``replay()`` re-runs the captured work."""
-        if self._cuda is not None:
-            try:
-                self._cuda.capture_end()
-            except RuntimeError:
-                self._release_failed_cuda_capture()
-                raise
-            self._cuda_gens, self._cuda_pool = [], None
-            return
         if self._recorder is None:
             raise RuntimeError("capture_end() without capture_begin()")
         s = current_stream()
@@ -424,21 +401,123 @@ class MUSAGraph:
 
     def _abort(self) -> None:
         """End a capture that raised: the stream stops capturing and the graph stays empty."""
-        if self._cuda is not None:
-            try:
-                self._cuda.capture_end()
-            except RuntimeError:
-                try:
-                    self._release_failed_cuda_capture()
-                except RuntimeError as e:  # the block's own error is the one to raise
-                    warnings.warn(f"musa graph capture aborted; its generators or pool were "
-                                  f"not given back: {e}", RuntimeWarning, stacklevel=3)
-            self._cuda_gens, self._cuda_pool = [], None
-            self._cuda.reset()
-            return
         if self._recorder is not None:
             self._finish()
         self.reset()
+
+    def replay(self) -> None:
+        """Re-run the captured work over the captured memory."""
+        if self._exec is None:
+            raise RuntimeError("Called MUSAGraph.replay() without a preceding successful capture.")
+        self._exec.replay()
+
+    def reset(self) -> None:
+        """Drop the captured work (its pool's memory is freed once no graph uses it)."""
+        if self._recorder is not None:
+            raise RuntimeError("reset() during capture; end the capture first")
+        self._exec, self._pool, self._ops = None, None, []
+        if self._routed:
+            self._routed = False
+            _C._musa_releasePool(self._stream[0], self._pool_id)
+
+    def pool(self) -> tuple[int, int]:
+        """The id of this graph's memory pool, to pass as ``pool=`` to another capture."""
+        if self._pool_id is None:
+            raise RuntimeError("pool() before capture_begin(): the graph has no pool yet")
+        return self._pool_id
+
+    def register_generator_state(self, generator: torch.Generator) -> None:
+        """Let capture leave ``generator`` as it found it too (the default one always is)."""
+        self._generators.append(generator)
+
+    def enable_debug_mode(self) -> None:
+        """Keep a description of the captured ops for ``debug_dump``."""
+        self._debug = True
+
+    def debug_dump(self, debug_path: str) -> None:
+        """Write the captured ops as a Graphviz DOT chain (after ``enable_debug_mode``)."""
+        if not self._debug:
+            warnings.warn("MUSA Graphs debug not enabled, set with [graph].enable_debug_mode()")
+            return
+        lines = ["digraph musa_graph {", "  node [shape=box];"]
+        for i, op in enumerate(self._ops):
+            label = op.replace('"', "'")
+            lines.append(f'  n{i} [label="{i}: {label}"];')
+            if i:
+                lines.append(f"  n{i - 1} -> n{i};")
+        lines.append("}")
+        with open(debug_path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+class _CudaGraph(_GraphBase):
+    """A captured graph of musa work, replayed with ``replay()`` (torch.cuda.CUDAGraph's API).
+
+    The cuda driver's: a CUDA graph (musa streams are CUDA streams, musa memory CUDA's)."""
+
+    def __init__(self, keep_graph: bool = False):
+        super().__init__(keep_graph)
+        # torch.cuda.graphs' class: TORCH_MUSA_CUDA_COMPAT=1 makes torch.cuda.CUDAGraph this one.
+        self._cuda = torch.cuda.graphs.CUDAGraph(keep_graph)
+        self._cuda_gens: list[torch.Generator] = []  # in capture mode while a CUDA capture runs
+        self._cuda_pool: tuple | None = None  # (stream, device, *pool id) while a capture runs
+
+    @staticmethod
+    def _is_current_stream_capturing() -> bool:
+        return torch._C._cuda_isCurrentStreamCapturing()  # not torch.cuda's name: cuda_compat binds it here
+
+    @staticmethod
+    def _new_pool_id() -> tuple[int, int]:
+        return torch._C._graph_pool_handle()
+
+    def capture_begin(self, pool: tuple[int, int] | None = None,
+                      capture_error_mode: str = "global") -> None:
+        """Begin capturing musa work on the current stream (``graph`` calls this for you)."""
+        self._check_mode(capture_error_mode)
+        s = current_stream()
+        if s == default_stream(s.device_index):
+            # Checked here: CUDA checks after putting the generators in capture mode, and
+            # its refusal left every later draw of the process raising.
+            raise RuntimeError("MUSA graphs must be captured on a non-default stream. "
+                               "(However, after capture, it's ok to replay them on the "
+                               "default stream.)")
+        # The generators CUDA's capture puts in capture mode: the current device's
+        # default one (musa's default generator is CUDA's there) and those registered.
+        self._cuda_gens = ([_cuda_default_generator(torch._C._cuda_getDevice())]
+                           + self._generators)
+        # The pool named here (one of its own unless shared) so that a capture CUDA fails
+        # to end can still give it back: CUDA's capture_end raises before it ends the pool
+        # and reset() then skips it, which kept its memory, and a per-allocation capture
+        # check, for the rest of the process.
+        pool = tuple(pool) if pool is not None else tuple(torch._C._graph_pool_handle())
+        try:
+            self._cuda.capture_begin(pool=pool, capture_error_mode=capture_error_mode)
+        except BaseException:
+            self._release_cuda_generators()
+            raise
+        self._cuda_pool = (s, torch._C._cuda_getDevice(), *pool)
+
+    def capture_end(self) -> None:
+        """End capture; afterwards ``replay()`` re-runs the captured work."""
+        try:
+            self._cuda.capture_end()
+        except RuntimeError:
+            self._release_failed_cuda_capture()
+            raise
+        self._cuda_gens, self._cuda_pool = [], None
+
+    def _abort(self) -> None:
+        """End a capture that raised: the stream stops capturing and the graph stays empty."""
+        try:
+            self._cuda.capture_end()
+        except RuntimeError:
+            try:
+                self._release_failed_cuda_capture()
+            except RuntimeError as e:  # the block's own error is the one to raise
+                warnings.warn(f"musa graph capture aborted; its generators or pool were "
+                              f"not given back: {e}", RuntimeWarning, stacklevel=3)
+        self._cuda_gens, self._cuda_pool = [], None
+        self._cuda.reset()
 
     def _release_failed_cuda_capture(self) -> None:
         """A CUDA capture that failed to end: its generators and its pool back to eager use
@@ -484,69 +563,44 @@ class MUSAGraph:
 
     def replay(self) -> None:
         """Re-run the captured work over the captured memory."""
-        if self._cuda is not None:
-            self._cuda.replay()
-            return
-        if self._exec is None:
-            raise RuntimeError("Called MUSAGraph.replay() without a preceding successful capture.")
-        self._exec.replay()
+        self._cuda.replay()
 
     def reset(self) -> None:
         """Drop the captured work (its pool's memory is freed once no graph uses it)."""
-        if self._cuda is not None:
-            self._cuda.reset()
-            return
-        if self._recorder is not None:
-            raise RuntimeError("reset() during capture; end the capture first")
-        self._exec, self._pool, self._ops = None, None, []
-        if self._routed:
-            self._routed = False
-            _C._musa_releasePool(self._stream[0], self._pool_id)
-
-    def __del__(self):
-        try:
-            if self._recorder is None:
-                self.reset()
-        except Exception:  # never raise from the garbage collector
-            pass
+        self._cuda.reset()
 
     def pool(self) -> tuple[int, int]:
         """The id of this graph's memory pool, to pass as ``pool=`` to another capture."""
-        if self._cuda is not None:
-            return self._cuda.pool()
-        if self._pool_id is None:
-            raise RuntimeError("pool() before capture_begin(): the graph has no pool yet")
-        return self._pool_id
+        return self._cuda.pool()
 
     def register_generator_state(self, generator: torch.Generator) -> None:
         """Let capture leave ``generator`` as it found it too (the default one always is)."""
-        if self._cuda is not None:
-            self._cuda.register_generator_state(generator)
+        self._cuda.register_generator_state(generator)
         self._generators.append(generator)
 
     def enable_debug_mode(self) -> None:
         """Keep a description of the captured ops for ``debug_dump``."""
-        if self._cuda is not None:
-            self._cuda.enable_debug_mode()
+        self._cuda.enable_debug_mode()
         self._debug = True
 
     def debug_dump(self, debug_path: str) -> None:
-        """Write the captured ops as a Graphviz DOT chain (after ``enable_debug_mode``)."""
-        if self._cuda is not None:
-            self._cuda.debug_dump(debug_path)
-            return
-        if not self._debug:
-            warnings.warn("MUSA Graphs debug not enabled, set with [graph].enable_debug_mode()")
-            return
-        lines = ["digraph musa_graph {", "  node [shape=box];"]
-        for i, op in enumerate(self._ops):
-            label = op.replace('"', "'")
-            lines.append(f'  n{i} [label="{i}: {label}"];')
-            if i:
-                lines.append(f"  n{i - 1} -> n{i};")
-        lines.append("}")
-        with open(debug_path, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+        """Write the captured graph to ``debug_path`` (after ``enable_debug_mode``)."""
+        self._cuda.debug_dump(debug_path)
+
+
+#: torch.musa.MUSAGraph: the driver's graphs.
+MUSAGraph = pick(host=_HostGraph, cuda=_CudaGraph)
+MUSAGraph.__name__ = MUSAGraph.__qualname__ = "MUSAGraph"
+
+
+def is_current_stream_capturing() -> bool:
+    """Whether the current musa stream is capturing a graph."""
+    return MUSAGraph._is_current_stream_capturing()
+
+
+def graph_pool_handle() -> _POOL_HANDLE:
+    """An opaque token naming a graph memory pool, to share one pool between captures."""
+    return _POOL_HANDLE(MUSAGraph._new_pool_id())
 
 
 class graph:

@@ -19,7 +19,7 @@ import torch.multiprocessing.reductions as _reductions
 from multiprocessing.reduction import ForkingPickler
 
 from torch_musa import _C
-from torch_musa.config import CONFIG
+from torch_musa._driver import pick
 from torch_musa.core import _lazy
 from torch_musa.core.device import synchronize
 
@@ -85,6 +85,35 @@ def rebuild_cuda_ipc_storage(musa_index: int, cuda_device: int, handle, nbytes: 
 
 
 # ----------------------------------------------------------------------------- both drivers
+class _FdSharing:
+    """The host driver's: device memory is host RAM, sent as a file descriptor."""
+
+    @staticmethod
+    def reduce(storage: torch.UntypedStorage, index: int):
+        fd, nbytes = torch.ops.musa_ipc.share_fd(_as_byte_tensor(storage))
+        return (rebuild_musa_storage, (multiprocessing.reduction.DupFd(fd), nbytes, index))
+
+    @staticmethod
+    def is_shared(storage: torch.UntypedStorage) -> bool:
+        return torch.ops.musa_ipc.is_shared(_as_byte_tensor(storage))
+
+
+class _CudaIpcSharing:
+    """The cuda driver's: device memory is CUDA's, sent as a CUDA IPC handle."""
+
+    @staticmethod
+    def reduce(storage: torch.UntypedStorage, index: int):
+        return _reduce_cuda_ipc(storage)
+
+    @staticmethod
+    def is_shared(storage: torch.UntypedStorage) -> bool:
+        with _cuda_shared_lock:
+            return any(not ref.expired() and ref.cdata == storage._cdata for ref in _cuda_shared.values())
+
+
+_SHARING = pick(host=_FdSharing, cuda=_CudaIpcSharing)
+
+
 def reduce_storage(storage: torch.UntypedStorage):
     """ForkingPickler's reducer for storages: musa ones by shared memory, the rest as torch does."""
     if storage.device.type != "musa":
@@ -94,20 +123,14 @@ def reduce_storage(storage: torch.UntypedStorage):
         return (rebuild_empty_musa_storage, (index,))
     # Pending kernels on the device's streams finish before the bytes move.
     synchronize(storage.device)
-    if CONFIG.driver == "cuda":
-        return _reduce_cuda_ipc(storage)
-    fd, nbytes = torch.ops.musa_ipc.share_fd(_as_byte_tensor(storage))
-    return (rebuild_musa_storage, (multiprocessing.reduction.DupFd(fd), nbytes, index))
+    return _SHARING.reduce(storage, index)
 
 
 def is_shared(storage: torch.UntypedStorage) -> bool:
     """Whether a musa storage is shared with another process (was sent to, or came from, one)."""
     if storage.nbytes() == 0:
         return False
-    if CONFIG.driver == "cuda":
-        with _cuda_shared_lock:
-            return any(not ref.expired() and ref.cdata == storage._cdata for ref in _cuda_shared.values())
-    return torch.ops.musa_ipc.is_shared(_as_byte_tensor(storage))
+    return _SHARING.is_shared(storage)
 
 
 ForkingPickler.register(torch.UntypedStorage, reduce_storage)

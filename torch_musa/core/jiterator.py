@@ -33,7 +33,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from torch_musa import _C
-from torch_musa.config import CONFIG
+from torch_musa._driver import pick
 from torch_musa.core import _lazy
 from torch_musa.core.graphs import is_current_stream_capturing
 
@@ -202,8 +202,11 @@ class _JittedFunction:
             if key not in self.kwargs_dict:
                 raise KeyError(f"{key} is not declared in function definition")
             values[key] = value
-        if CONFIG.driver == "cuda":
-            return self._on_cuda(tensors, values)
+        return self._launch(tensors, values)
+
+    def _on_host(self, tensors, values: dict):
+        """The host driver's: a C++ functor compiled by the host's compiler, looping over
+        musa memory."""
         if is_current_stream_capturing():
             raise RuntimeError("jiterator kernels cannot be captured in a MUSA graph on the host "
                                "driver (they run outside the dispatcher, so replay would miss them)")
@@ -239,6 +242,7 @@ class _JittedFunction:
         return outs[0] if not self.return_by_ref else tuple(outs)
 
     def _on_cuda(self, tensors, values: dict):
+        """The cuda driver's: CUDA's NVRTC jiterator on CUDA aliases."""
         if _CUDA_JITERATOR is None:
             raise RuntimeError("the cuda driver's jiterator needs a PyTorch built with CUDA "
                                "(torch._C._cuda_jiterator_compile_and_launch_kernel)")
@@ -249,6 +253,8 @@ class _JittedFunction:
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         back = _C._from_kernel_tensors(outs, -1)  # CUDA memory shared, as musa tensors
         return back[0] if not self.return_by_ref else tuple(back)
+
+    _launch = pick(host=_on_host, cuda=_on_cuda)
 
 
 def _create_jit_fn(code_string: str, **kwargs) -> Callable:

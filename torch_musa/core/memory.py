@@ -14,6 +14,7 @@ import torch
 from torch.cuda import _memory_viz
 
 from torch_musa import _C
+from torch_musa._driver import pick
 from torch_musa.config import CONFIG
 from torch_musa.core import _lazy
 from torch_musa.core.device import _get_device_index
@@ -182,16 +183,103 @@ def caching_allocator_delete(mem_ptr: int) -> None:
     _C._raw_delete(int(mem_ptr))
 
 
+# ----------------------------------------------------------------------------- the allocator's two homes
+class _RuntimeAllocator:
+    """The host driver's: the musa runtime's caching allocator (``_C``) keeps caching,
+    history, snapshots and pluggable allocators itself."""
+
+    def caching_enable(self, value: bool) -> None:
+        _C._caching_allocator_enable(value)
+
+    def caching_is_enabled(self) -> bool:
+        return bool(_C._caching_allocator_is_enabled())
+
+    def memory_snapshot(self, mempool_id, include_traces: bool) -> list[dict[str, Any]]:
+        pool = None if mempool_id is None else tuple(mempool_id)
+        return _C._memory_snapshot(pool, include_traces)["segments"]
+
+    def record_memory_history(self, enabled, context, stacks, max_entries, clear_history,
+                              compile_context, global_record_annotations, skip_actions) -> None:
+        _lazy._lazy_init()
+        _C._record_memory_history(enabled, context, stacks, min(int(max_entries), sys.maxsize),
+                                  clear_history, list(skip_actions or []))
+
+    def snapshot(self, device: Any, augment_with_fx_traces: bool) -> dict[str, Any]:
+        s = _C._memory_snapshot(None, True)
+        if augment_with_fx_traces:
+            s = torch.cuda.memory._augment_memory_snapshot_stack_traces(s)
+        return s
+
+    def backend(self) -> str:
+        return _C._allocator_backend()
+
+    def change_current_allocator(self, allocator: "_MUSAAllocator") -> None:
+        _C._musa_changeCurrentAllocator(allocator.allocator())
+
+    def pools(self, mem_pool, mem_pool_context, use_mem_pool):
+        """(MemPool, MemPoolContext, use_mem_pool): the runtime's, defined in this module."""
+        return mem_pool, mem_pool_context, use_mem_pool
+
+
+class _CudaAllocator:
+    """The cuda driver's: musa memory is CUDA's caching allocator (musa:i is cuda:i), so
+    caching, snapshots, history and pools are torch.cuda's."""
+
+    def __init__(self):
+        # torch.cuda's functions, bound at import, before cuda_compat points torch.cuda's names
+        # at torch.musa's (calling through the names then came back here, without end).
+        self._memory = {name: getattr(torch.cuda.memory, name) for name in (
+            "memory_snapshot", "_record_memory_history", "_snapshot", "get_allocator_backend")}
+        # torch.cuda's C functions, bound here once for the same reason.
+        self._caching_enable = getattr(torch._C, "_cuda_cudaCachingAllocator_enable", None)
+        self._caching_is_enabled = getattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled", None)
+        # Older PyTorch (2.11) can switch CUDA's caching but not say whether it is on: the last
+        # switch made through here, which is the only one under cuda_compat.
+        self._caching_on = True
+
+    def caching_enable(self, value: bool) -> None:
+        if self._caching_enable is None:
+            raise RuntimeError(f"caching_allocator_enable: PyTorch {torch.__version__} has no switch "
+                               "for CUDA's caching allocator (the cuda driver's memory)")
+        _lazy._lazy_init()
+        self._caching_enable(value)
+        self._caching_on = value
+
+    def caching_is_enabled(self) -> bool:
+        _lazy._lazy_init()
+        return bool(self._caching_is_enabled()) if self._caching_is_enabled else self._caching_on
+
+    def memory_snapshot(self, mempool_id, include_traces: bool) -> list[dict[str, Any]]:
+        return self._memory["memory_snapshot"](mempool_id, include_traces=include_traces)
+
+    def record_memory_history(self, enabled, context, stacks, max_entries, clear_history,
+                              compile_context, global_record_annotations, skip_actions) -> None:
+        return self._memory["_record_memory_history"](
+            enabled, context=context, stacks=stacks, max_entries=max_entries,
+            clear_history=clear_history, compile_context=compile_context,
+            global_record_annotations=global_record_annotations, skip_actions=skip_actions)
+
+    def snapshot(self, device: Any, augment_with_fx_traces: bool) -> dict[str, Any]:
+        return self._memory["_snapshot"](device, augment_with_fx_traces)
+
+    def backend(self) -> str:
+        return self._memory["get_allocator_backend"]()
+
+    def change_current_allocator(self, allocator: "_MUSAAllocator") -> None:
+        raise RuntimeError("torch.musa.memory.change_current_allocator: under the cuda driver musa "
+                           "memory is CUDA's allocator; use torch.cuda.memory.change_current_allocator "
+                           "with a CUDAPluggableAllocator")
+
+    def pools(self, mem_pool, mem_pool_context, use_mem_pool):
+        """CUDA's allocator serves musa memory: its pools are musa's."""
+        return (torch.cuda.MemPool, getattr(torch.cuda, "MemPoolContext", mem_pool_context),
+                torch.cuda.use_mem_pool)
+
+
+_ALLOCATOR = pick(host=_RuntimeAllocator, cuda=_CudaAllocator)()
+
+
 # ----------------------------------------------------------------------------- caching on/off
-# torch.cuda's C functions, bound here once: cuda_compat points torch.cuda's Python names at
-# torch.musa's, so calling through them from here would come back here without end.
-_CUDA_CACHING_ENABLE = getattr(torch._C, "_cuda_cudaCachingAllocator_enable", None)
-_CUDA_CACHING_IS_ENABLED = getattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled", None)
-# Older PyTorch (2.11) can switch CUDA's caching but not say whether it is on: the last
-# switch made through here, which is the only one under cuda_compat.
-_cuda_caching_on = True
-
-
 def caching_allocator_enable(value: bool = True) -> None:
     """Turn the caching allocator's caching on (the default) or off.
 
@@ -205,24 +293,12 @@ def caching_allocator_enable(value: bool = True) -> None:
     a call before initialisation is not dropped (it initialises musa)."""
     if not isinstance(value, bool):
         raise TypeError(f"caching_allocator_enable(value) takes a bool, got {type(value).__name__}")
-    if _cuda_driver():
-        global _cuda_caching_on
-        if _CUDA_CACHING_ENABLE is None:
-            raise RuntimeError(f"caching_allocator_enable: PyTorch {torch.__version__} has no switch "
-                               "for CUDA's caching allocator (the cuda driver's memory)")
-        _lazy._lazy_init()
-        _CUDA_CACHING_ENABLE(value)
-        _cuda_caching_on = value
-    else:
-        _C._caching_allocator_enable(value)
+    _ALLOCATOR.caching_enable(value)
 
 
 def _caching_allocator_is_enabled() -> bool:
     """Whether the caching allocator caches freed blocks (see caching_allocator_enable)."""
-    if _cuda_driver():
-        _lazy._lazy_init()
-        return bool(_CUDA_CACHING_IS_ENABLED()) if _CUDA_CACHING_IS_ENABLED else _cuda_caching_on
-    return bool(_C._caching_allocator_is_enabled())
+    return _ALLOCATOR.caching_is_enabled()
 
 
 @contextlib.contextmanager
@@ -237,24 +313,9 @@ def caching_allocator_disabled():
 
 
 # ----------------------------------------------------------------------------- history and snapshots
-def _cuda_driver() -> bool:
-    """Under the cuda driver musa memory is CUDA's caching allocator (musa:i is cuda:i), so
-    snapshots, history and pools are torch.cuda's."""
-    return CONFIG.driver == "cuda"
-
-
-# torch.cuda's own functions, bound before cuda_compat points torch.cuda's names at these
-# (calling through the names then came back here, without end).
-_CUDA_MEMORY = {name: getattr(torch.cuda.memory, name) for name in (
-    "memory_snapshot", "_record_memory_history", "_snapshot", "get_allocator_backend")}
-
-
 def memory_snapshot(mempool_id: tuple[int, int] | None = None, include_traces: bool = True) -> list[dict[str, Any]]:
     """Every segment the allocator holds (of one pool with ``mempool_id``), with its blocks."""
-    if _cuda_driver():
-        return _CUDA_MEMORY["memory_snapshot"](mempool_id, include_traces=include_traces)
-    pool = None if mempool_id is None else tuple(mempool_id)
-    return _C._memory_snapshot(pool, include_traces)["segments"]
+    return _ALLOCATOR.memory_snapshot(mempool_id, include_traces)
 
 
 def _record_memory_history_legacy(enabled: bool, record_context: bool = True,
@@ -289,14 +350,8 @@ def _record_memory_history_impl(enabled: str | None = "all", context: str | None
                                 compile_context: bool = False,
                                 global_record_annotations: bool = False,
                                 skip_actions: list[str] | None = None) -> None:
-    if _cuda_driver():
-        return _CUDA_MEMORY["_record_memory_history"](
-            enabled, context=context, stacks=stacks, max_entries=max_entries,
-            clear_history=clear_history, compile_context=compile_context,
-            global_record_annotations=global_record_annotations, skip_actions=skip_actions)
-    _lazy._lazy_init()
-    _C._record_memory_history(enabled, context, stacks, min(int(max_entries), sys.maxsize),
-                              clear_history, list(skip_actions or []))
+    return _ALLOCATOR.record_memory_history(enabled, context, stacks, max_entries, clear_history,
+                                            compile_context, global_record_annotations, skip_actions)
 
 
 _record_memory_history.__signature__ = inspect.signature(_record_memory_history_impl)  # type: ignore[attr-defined]
@@ -305,12 +360,7 @@ _record_memory_history.__signature__ = inspect.signature(_record_memory_history_
 def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
     """The allocator's state in torch.cuda.memory._snapshot()'s format: ``segments`` (with
     blocks and their frames) and ``device_traces`` (one list of actions per device)."""
-    if _cuda_driver():
-        return _CUDA_MEMORY["_snapshot"](device, augment_with_fx_traces)
-    s = _C._memory_snapshot(None, True)
-    if augment_with_fx_traces:
-        s = torch.cuda.memory._augment_memory_snapshot_stack_traces(s)
-    return s
+    return _ALLOCATOR.snapshot(device, augment_with_fx_traces)
 
 
 def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
@@ -333,9 +383,7 @@ def _save_memory_usage(filename: str = "output.svg", snapshot: dict | None = Non
 # ----------------------------------------------------------------------------- allocators
 def get_allocator_backend() -> str:
     """``native`` (the caching allocator) or ``pluggable`` (a MUSAPluggableAllocator)."""
-    if _cuda_driver():
-        return _CUDA_MEMORY["get_allocator_backend"]()
-    return _C._allocator_backend()
+    return _ALLOCATOR.backend()
 
 
 class _MUSAAllocator:
@@ -366,11 +414,7 @@ class MUSAPluggableAllocator(_MUSAAllocator):
 
 def change_current_allocator(allocator: _MUSAAllocator) -> None:
     """Make ``allocator`` serve all musa memory; only before the first musa allocation."""
-    if _cuda_driver():
-        raise RuntimeError("torch.musa.memory.change_current_allocator: under the cuda driver musa "
-                           "memory is CUDA's allocator; use torch.cuda.memory.change_current_allocator "
-                           "with a CUDAPluggableAllocator")
-    _C._musa_changeCurrentAllocator(allocator.allocator())
+    _ALLOCATOR.change_current_allocator(allocator)
 
 
 # ----------------------------------------------------------------------------- memory pools
@@ -469,11 +513,9 @@ def use_mem_pool(pool: MemPool, device: Any = None):
         ctx.close()
 
 
-if _cuda_driver():  # CUDA's allocator serves musa memory there: its pools are musa's
-    MemPool = torch.cuda.MemPool  # type: ignore[misc,assignment]  # noqa: F811
-    use_mem_pool = torch.cuda.use_mem_pool  # type: ignore[assignment]  # noqa: F811
-    if hasattr(torch.cuda, "MemPoolContext"):
-        MemPoolContext = torch.cuda.MemPoolContext  # type: ignore[misc,assignment]  # noqa: F811
+# The allocator's pools: under the cuda driver CUDA's (its allocator serves musa memory there).
+MemPool, MemPoolContext, use_mem_pool = _ALLOCATOR.pools(  # type: ignore[misc,assignment]  # noqa: F811
+    MemPool, MemPoolContext, use_mem_pool)
 
 
 # ----------------------------------------------------------------------------- unified memory

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from torch_musa._driver import pick
 from torch_musa.config import CONFIG
 from torch_musa.core import _lazy
 from torch_musa.core.device import _get_device_index
@@ -42,12 +43,61 @@ def _gpu(name: str, device: Any):
     return _cuda[name](CONFIG.physical_indices[_index(device)])
 
 
+class _HostMonitor:
+    """The host driver's: no sensors; what it knows it reports."""
+
+    @staticmethod
+    def sensor(name: str, device: Any) -> int:
+        _index(device)
+        raise _host_only(name)
+
+    @staticmethod
+    def clock_rate(device: Any) -> int:
+        _index(device)
+        return CONFIG.profile.clock_rate_khz // 1000
+
+    @staticmethod
+    def device_memory_used(device: Any) -> int:
+        return memory_reserved(_index(device))
+
+    @staticmethod
+    def list_gpu_processes(device: Any) -> str:
+        idx = _index(device)
+        lines = [f"GPU:{idx}"]
+        if not _lazy.is_initialized():
+            lines.append("no processes are running")
+        else:
+            mem = memory_reserved(idx) / (1024 * 1024)
+            lines.append(f"process {os.getpid():>10d} uses {mem:>12.3f} MB GPU memory")
+        return "\n".join(lines)
+
+
+class _GpuMonitor:
+    """The cuda driver's: the GPU's management library answers, as for torch.cuda."""
+
+    @staticmethod
+    def sensor(name: str, device: Any) -> int:
+        return _gpu(name, device)
+
+    @staticmethod
+    def clock_rate(device: Any) -> int:
+        return _gpu("clock_rate", device)
+
+    @staticmethod
+    def device_memory_used(device: Any) -> int:
+        return _gpu("device_memory_used", device)
+
+    @staticmethod
+    def list_gpu_processes(device: Any) -> str:
+        return _gpu("list_gpu_processes", device)
+
+
+_MONITOR = pick(host=_HostMonitor, cuda=_GpuMonitor)
+
+
 def _gpu_reading(name: str, device: Any) -> int:
     """A reading only the GPU (the cuda driver's NVML) takes; the host driver says so."""
-    if CONFIG.driver == "cuda":
-        return _gpu(name, device)
-    _index(device)
-    raise _host_only(name)
+    return _MONITOR.sensor(name, device)
 
 
 def utilization(device: Any = None) -> int:
@@ -72,33 +122,19 @@ def power_draw(device: Any = None) -> int:
 
 def clock_rate(device: Any = None) -> int:
     """The device's compute clock in MHz: the GPU's, or the modeled card's on the host driver."""
-    if CONFIG.driver == "cuda":
-        return _gpu("clock_rate", device)
-    _index(device)
-    return CONFIG.profile.clock_rate_khz // 1000
+    return _MONITOR.clock_rate(device)
 
 
 def device_memory_used(device: Any = None) -> int:
     """Bytes of device memory in use by every process. A host driver device belongs to
     this process alone, so that is what its caching allocator holds."""
-    if CONFIG.driver == "cuda":
-        return _gpu("device_memory_used", device)
-    return memory_reserved(_index(device))
+    return _MONITOR.device_memory_used(device)
 
 
 def list_gpu_processes(device: Any = None) -> str:
     """The processes using the device and their memory, in torch.cuda's format. On the
     host driver the only one is this process, once it has initialised musa."""
-    if CONFIG.driver == "cuda":
-        return _gpu("list_gpu_processes", device)
-    idx = _index(device)
-    lines = [f"GPU:{idx}"]
-    if not _lazy.is_initialized():
-        lines.append("no processes are running")
-    else:
-        mem = memory_reserved(idx) / (1024 * 1024)
-        lines.append(f"process {os.getpid():>10d} uses {mem:>12.3f} MB GPU memory")
-    return "\n".join(lines)
+    return _MONITOR.list_gpu_processes(device)
 
 
 __all__ = ["utilization", "memory_usage", "temperature", "power_draw", "clock_rate",

@@ -8,7 +8,7 @@ import contextlib
 
 import torch
 
-from torch_musa.config import CONFIG
+from torch_musa._driver import pick
 
 
 def _backend():
@@ -18,21 +18,44 @@ def _backend():
     return mod
 
 
+class _HostConvolutions:
+    """The host driver's: its convolutions are the host's own kernels, no muDNN."""
+
+    @staticmethod
+    def version() -> int | None:
+        return None
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+
+class _Cudnn:
+    """The cuda driver's: cuDNN stands for muDNN."""
+
+    @staticmethod
+    def version() -> int | None:
+        return torch.backends.cudnn.version()
+
+    @staticmethod
+    def is_available() -> bool:
+        return torch.backends.cudnn.is_available()
+
+
+_CONV_LIBRARY = pick(host=_HostConvolutions, cuda=_Cudnn)
+
+
 def version() -> int | None:
     """muDNN's version: cuDNN's under the cuda driver; None on the host driver, whose
     convolutions are the host's own kernels (as torch.backends.cudnn.version() is None
     without cuDNN)."""
-    if CONFIG.driver == "cuda":
-        return torch.backends.cudnn.version()
-    return None
+    return _CONV_LIBRARY.version()
 
 
 def is_available() -> bool:
     """Whether musa's convolution switches apply: cuDNN's availability under the cuda driver;
     always on the host driver, which keeps the switches (its kernels are the host's own)."""
-    if CONFIG.driver == "cuda":
-        return torch.backends.cudnn.is_available()
-    return True
+    return _CONV_LIBRARY.is_available()
 
 
 def set_flags(_allow_tf32: bool) -> tuple[bool]:

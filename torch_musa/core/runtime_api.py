@@ -18,6 +18,8 @@ from typing import Any, Iterable
 import torch
 
 from torch_musa import _C
+from torch_musa._driver import pick
+from torch_musa._runtime import set_host_allocator_settings
 from torch_musa.config import CONFIG
 from torch_musa.config.variables import VARIABLES
 from torch_musa.core import _lazy
@@ -27,10 +29,6 @@ _cuda = {name: getattr(torch.cuda, name) for name in (
     "cudart", "current_blas_handle", "current_solver_handle", "get_per_process_memory_fraction",
     "ipc_collect", "is_tf32_supported", "mem_get_info")
     if hasattr(torch.cuda, name)}
-
-
-def _on_gpu() -> bool:
-    return CONFIG.driver == "cuda"
 
 
 # ----------------------------------------------------------------------------- device exchange
@@ -99,7 +97,7 @@ class musaStatus:  # noqa: N801 (torch.cuda.cudaStatus's spelling)
 # torch.cuda's build facts: every musa card computes float16; MAGMA is not part of
 # musa (the host driver's linear algebra is LAPACK's; the cuda driver's is CUDA's build's).
 has_half: bool = True
-has_magma: bool = bool(torch.cuda.has_magma) if CONFIG.driver == "cuda" else False
+has_magma: bool = pick(host=False, cuda=bool(torch.cuda.has_magma))
 
 
 _ERROR_TEXT = {
@@ -157,6 +155,71 @@ class _CudaMusart:
         raise AttributeError(f"the musa runtime API module has no attribute {name!r}")
 
 
+class _HostRuntime:
+    """The host driver's answers: the musa runtime's own (BLAS and solver are the CPU's)."""
+
+    def musart(self):
+        return _HostMusart()
+
+    def blas_handle(self) -> int:
+        return _host_handle("blas")
+
+    def solver_handle(self) -> int:
+        return _host_handle("solver")
+
+    def blaslt_handle(self) -> int:
+        return _host_handle("blaslt")
+
+    def is_tf32_supported(self) -> bool:
+        return CONFIG.profile.arch >= 22
+
+    def ipc_collect(self) -> None:
+        pass  # the host driver shares no device memory between processes
+
+    def memory_fraction(self, idx: int) -> float:
+        return _C._get_memory_fraction(idx)
+
+    def set_allocator_settings(self, env: str, settings) -> None:
+        set_host_allocator_settings(settings, env)
+
+
+class _CudaRuntime:
+    """The cuda driver's answers: the GPU's, where torch.cuda would ask CUDA."""
+
+    def musart(self):
+        return _CudaMusart(_cuda["cudart"]())
+
+    def blas_handle(self) -> int:
+        with torch.cuda.device(current_device()):
+            return _cuda["current_blas_handle"]()
+
+    def solver_handle(self) -> int:
+        if "current_solver_handle" not in _cuda:  # torch.cuda 2.11 lacks it; 2.13 has it
+            raise RuntimeError(f"current_solver_handle: PyTorch {torch.__version__} does not "
+                               "expose its cuSOLVER handle (no torch.cuda.current_solver_handle "
+                               "in this PyTorch), so the cuda driver cannot give it")
+        with torch.cuda.device(current_device()):
+            return _cuda["current_solver_handle"]()
+
+    def blaslt_handle(self) -> int:
+        raise RuntimeError("current_blaslt_handle: PyTorch does not expose its cuBLASLt handle "
+                           "under the cuda driver; use current_blas_handle()")
+
+    def is_tf32_supported(self) -> bool:
+        return _cuda["is_tf32_supported"]()
+
+    def ipc_collect(self) -> None:
+        _cuda["ipc_collect"]()
+
+    def memory_fraction(self, idx: int) -> float:
+        # CUDA's caching allocator holds the fraction set_per_process_memory_fraction set
+        return _cuda["get_per_process_memory_fraction"](idx)
+
+    def set_allocator_settings(self, env: str, settings) -> None:
+        torch.cuda.memory._set_allocator_settings(env)
+
+
+_RUNTIME = pick(host=_HostRuntime, cuda=_CudaRuntime)()
 _musart_module: Any = None
 
 
@@ -165,7 +228,7 @@ def musart():
     global _musart_module
     _lazy._lazy_init()
     if _musart_module is None:
-        _musart_module = _CudaMusart(_cuda["cudart"]()) if _on_gpu() else _HostMusart()
+        _musart_module = _RUNTIME.musart()
     return _musart_module
 
 
@@ -201,51 +264,35 @@ def _host_handle(kind: str) -> int:
 def current_blas_handle() -> int:
     """The current thread's BLAS handle on the current device (torch.cuda.current_blas_handle)."""
     _lazy._lazy_init()
-    if _on_gpu():
-        with torch.cuda.device(current_device()):
-            return _cuda["current_blas_handle"]()
-    return _host_handle("blas")
+    return _RUNTIME.blas_handle()
 
 
 def current_solver_handle() -> int:
     """The current thread's dense-solver (muSOLVER; cuSOLVER's twin) handle on the current
     device. The host driver's solver is the CPU's LAPACK: one context per (thread, device)."""
     _lazy._lazy_init()
-    if _on_gpu():
-        if "current_solver_handle" not in _cuda:  # torch.cuda 2.11 lacks it; 2.13 has it
-            raise RuntimeError(f"current_solver_handle: PyTorch {torch.__version__} does not "
-                               "expose its cuSOLVER handle (no torch.cuda.current_solver_handle "
-                               "in this PyTorch), so the cuda driver cannot give it")
-        with torch.cuda.device(current_device()):
-            return _cuda["current_solver_handle"]()
-    return _host_handle("solver")
+    return _RUNTIME.solver_handle()
 
 
 def current_blaslt_handle() -> int:
     """The current thread's BLASLt handle on the current device (real torch_musa's name).
     Under the cuda driver PyTorch keeps the cuBLASLt handle internal: this says so."""
     _lazy._lazy_init()
-    if _on_gpu():
-        raise RuntimeError("current_blaslt_handle: PyTorch does not expose its cuBLASLt handle "
-                           "under the cuda driver; use current_blas_handle()")
-    return _host_handle("blaslt")
+    return _RUNTIME.blaslt_handle()
 
 
 def is_tf32_supported() -> bool:
     """Whether the current device computes TF32 matmuls (MUSA arch >= 2.2, as bf16)."""
     if not is_available():
         return False
-    if _on_gpu():
-        return _cuda["is_tf32_supported"]()
-    return CONFIG.profile.arch >= 22
+    return _RUNTIME.is_tf32_supported()
 
 
 def ipc_collect() -> None:
     """Free device memory released by other processes' IPC handles. The host driver
     shares no device memory between processes, so there is nothing to collect."""
     _lazy._lazy_init()
-    if _on_gpu():
-        _cuda["ipc_collect"]()
+    _RUNTIME.ipc_collect()
 
 
 def amp_definitely_not_available() -> bool:
@@ -258,9 +305,7 @@ def get_per_process_memory_fraction(device: Any = None) -> float:
     """The fraction of the device's memory this process may use (set_per_process_memory_fraction)."""
     _lazy._lazy_init()
     idx = _get_device_index(device, optional=True)
-    if _on_gpu():  # CUDA's caching allocator holds the fraction set_per_process_memory_fraction set
-        return _cuda["get_per_process_memory_fraction"](idx)
-    return _C._get_memory_fraction(idx)
+    return _RUNTIME.memory_fraction(idx)
 
 
 def host_memory_stats_as_nested_dict() -> dict[str, Any]:
@@ -308,15 +353,7 @@ def reset_peak_host_memory_stats() -> None:
 def _set_allocator_settings(env: str) -> None:
     """Apply allocator options given as PYTORCH_MUSA_ALLOC_CONF's text (CUDA's
     ``_set_allocator_settings``); a bad option raises naming what is allowed."""
-    variable = VARIABLES["PYTORCH_MUSA_ALLOC_CONF"]
-    settings = variable.parse(env)
-    if _on_gpu():
-        torch.cuda.memory._set_allocator_settings(env)
-        return
-    if settings.others:
-        raise variable.error(env, f"unknown or malformed option {settings.others[0]!r}")
-    _C._set_allocator_settings(settings.max_split_size_bytes, settings.garbage_collection_threshold,
-                               list(settings.roundup_power2_divisions))
+    _RUNTIME.set_allocator_settings(env, VARIABLES["PYTORCH_MUSA_ALLOC_CONF"].parse(env))
 
 
 # ----------------------------------------------------------------------------- RNG

@@ -18,13 +18,13 @@ from __future__ import annotations
 import atexit
 import functools
 import glob
-import os
 import shutil
 import threading
 import warnings
 
 import torch
 
+from torch_musa._driver import pick
 from torch_musa.config import CONFIG
 from torch_musa.core.device import (current_device, device_count, get_device_capability,
                                     get_device_name, get_device_properties)
@@ -44,10 +44,6 @@ _MB = 1024 * 1024
 _DEFAULT_FILENAME = "tunableop_results.csv"
 
 
-def _on_gpu() -> bool:
-    return CONFIG.driver == "cuda"
-
-
 def _cuda(name: str):
     """torch.cuda.tunable's function ``name`` (the cuda driver's TunableOp)."""
     fn = getattr(torch.cuda.tunable, name, None)
@@ -57,16 +53,31 @@ def _cuda(name: str):
     return fn
 
 
+def _own(fn):
+    """The host driver's TunableOp: musa's own function."""
+    return fn
+
+
+def _torch_cuda(fn):
+    """The cuda driver's TunableOp: torch.cuda.tunable's function of the same name."""
+    return _cuda(fn.__name__)
+
+
+#: Whose TunableOp a public function runs, asked at each call.
+_implementation = pick(host=_own, cuda=_torch_cuda)
+
+
 def _twin(fn):
     """Under the cuda driver, torch.cuda.tunable's function of the same name runs instead."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        return _cuda(fn.__name__)(*args, **kwargs) if _on_gpu() else fn(*args, **kwargs)
+        return _implementation(fn)(*args, **kwargs)
     return run
 
 
 def _env(name: str) -> str | None:
-    return os.environ.get(name)
+    """PyTorch's TunableOp variable ``name`` as set at import (torch_musa.config reads it)."""
+    return CONFIG.pytorch_env.get(name)
 
 
 def _env_int(name: str) -> int | None:
@@ -311,12 +322,19 @@ def write_file_on_exit(val: bool) -> None:
     _ctx.write_on_exit = _check_bool("write_file_on_exit", val)
 
 
-@atexit.register
 def _write_at_exit() -> None:
-    if _on_gpu() or not (_ctx.write_on_exit and _ctx.manager_ready):
+    """Musa's own TunableOp's write at exit (torch.cuda.tunable's writes its own)."""
+    if not (_ctx.write_on_exit and _ctx.manager_ready):
         return
     if is_enabled() and tuning_is_enabled() and get_filename() and _ctx.count_from_file < _ctx.size():
         write_file()
+
+
+def _nothing_at_exit() -> None:
+    """The cuda driver's: torch.cuda.tunable writes its own results."""
+
+
+atexit.register(pick(host=_write_at_exit, cuda=_nothing_at_exit))
 
 
 @_twin

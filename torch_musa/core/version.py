@@ -9,7 +9,7 @@ import importlib.metadata
 
 import torch
 
-from torch_musa.config import CONFIG
+from torch_musa._driver import NAME, pick
 
 
 def _package_version() -> str:
@@ -21,8 +21,8 @@ def _package_version() -> str:
 
 __version__ = _package_version()
 #: The runtime's version string (``torch.version.musa``).
-musa: str | None = torch.version.cuda if CONFIG.driver == "cuda" else __version__
-driver: str = CONFIG.driver
+musa: str | None = pick(host=__version__, cuda=torch.version.cuda)
+driver: str = NAME
 
 
 def install() -> None:

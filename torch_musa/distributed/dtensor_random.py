@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_musa.config import CONFIG
+from torch_musa._driver import pick
 
 __all__ = ["install", "RANDOM_INPLACE_OPS"]
 
@@ -49,9 +49,14 @@ def _random_inplace(op_call, args, kwargs):
 
 
 def install() -> None:
-    """Serve DTensor's in-place random ops on musa (idempotent; host driver only)."""
+    """Serve DTensor's in-place random ops on musa (idempotent; host driver only: under the
+    cuda driver musa's generator is CUDA's Philox, which DTensor's tracker reads)."""
+    pick(host=_install_own, cuda=lambda: None)()
+
+
+def _install_own() -> None:
     global _installed
-    if _installed or CONFIG.driver == "cuda":
+    if _installed:
         return
     from torch.distributed.tensor import DTensor
 

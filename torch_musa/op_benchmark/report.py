@@ -16,6 +16,7 @@ from collections import OrderedDict, defaultdict
 import torch
 
 from torch_musa import _C
+from torch_musa._table import render
 
 SCHEMA = "torch_musa.op_benchmark/1"
 
@@ -107,19 +108,6 @@ def _fmt_num(v, nd=1):
     return "-" if v is None else f"{v:.{nd}f}"
 
 
-def _render(headers, rows, aligns=None) -> str:
-    cols = list(zip(*([headers] + rows))) if rows else [[h] for h in headers]
-    widths = [max(len(str(x)) for x in c) for c in cols]
-    aligns = aligns or ["<"] * len(headers)
-    out = []
-    line = "  ".join(f"{str(h):{a}{w}}" for h, w, a in zip(headers, widths, aligns))
-    out.append(line)
-    out.append("  ".join("-" * w for w in widths))
-    for r in rows:
-        out.append("  ".join(f"{str(x):{a}{w}}" for x, w, a in zip(r, widths, aligns)))
-    return "\n".join(out)
-
-
 def group_by_test(results: list[dict]) -> "OrderedDict[str, dict[str, dict]]":
     g: OrderedDict = OrderedDict()
     for r in results:
@@ -179,7 +167,7 @@ def results_table(results: list[dict], devices: list[str]) -> str:
                 checks = ["ok (by f64)"]
         row.append("; ".join(checks))
         rows.append(row)
-    text = _render(headers, rows, aligns)
+    text = render(headers, rows, aligns)
     if len(devices) > 1:
         text += (f"\n\n{first}/X: median time on {first} divided by the time on X "
                  f"(below 1: {first} is faster). ±%, GFLOP/s and GB/s on {first} "
@@ -324,7 +312,7 @@ def compare_table(rows: list[dict], label_a: str, label_b: str) -> str:
         tb = fmt_time(r["median_b_s"]) if r["status_b"] == "ok" else r["status_b"].upper()
         body.append([name, r["dtype"], r["mode"], dev, ta, tb,
                      "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"])
-    text = _render(headers, body, ["<", "<", "<", "<", ">", ">", ">"])
+    text = render(headers, body, ["<", "<", "<", "<", ">", ">", ">"])
     qs = [r["ratio"] for r in rows if r["ratio"]]
     if qs:
         gm = math.exp(sum(math.log(q) for q in qs) / len(qs))

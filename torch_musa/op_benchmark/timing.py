@@ -4,6 +4,13 @@ A device other than the CPU is synchronised only through ``torch.accelerator``
 and timed with device events (``torch.Event(enable_timing=True)``); if its
 events cannot time, the wall clock between two synchronisations is used. The
 CPU is timed with ``time.perf_counter``. Nothing here looks at a device's name.
+
+Not ``torch.utils.benchmark.Timer``: it reads the wall clock after a
+``torch.accelerator.synchronize()`` (no device events), runs a statement string
+with no call index (input rotation needs one), sizes blocks by powers of ten
+until the timer costs 1e-4 of a block (``min_block_time``, ``min_blocks``,
+``max_blocks`` and ``iterations`` would not hold: a 2 ms op gets 100 calls a
+block), adds its own warm-up to every ``timeit``, and runs on one thread unless told.
 """
 from __future__ import annotations
 

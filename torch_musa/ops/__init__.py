@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch_musa import _C
 from torch_musa.config import CONFIG
-from torch_musa.ops import _generated
+from torch_musa.ops import kernels
 from torch_musa.ops.dtype_policy import DTYPE_AGNOSTIC_OPS
 
 
@@ -24,16 +24,17 @@ def reset_fallback_stats() -> None:
 def coverage() -> dict:
     """What is known about the musa operators in this configuration.
 
-    ``native``: the registry's ops (musa_functions.yaml), each run by its kernel on the
-    driver's kernel device (the CPU's on the host driver, CUDA's under the cuda driver),
-    so in the dtypes that kernel has: the registry lists none. ``profile_refuses``: the
+    ``native``: every op with a musa kernel of its own under this driver, as
+    musa_functions.yaml lists them (generated entries, and the hand-written C++ and Python
+    kernels: ``strategy`` says which), each run on the driver's kernel device (the CPU's on
+    the host driver, CUDA's under the cuda driver), so in the dtypes that kernel has. ``profile_refuses``: the
     dtypes the hardware profile refuses to compute in, for every op, native or fallback,
     except the ``dtype_agnostic`` ones, which move or select data in any dtype (float64
     computes in float32 instead while double casting is on). ``fallback``: calls per op
     that took the CPU fallback.
     """
-    native = [f"aten::{name}" for name in _generated.NATIVE_ATEN]
-    native += [f"{namespace}::{schema.split('(')[0]}" for namespace, schema, _, _ in _generated.CUSTOMIZED]
-    return {"profile": CONFIG.profile.name, "driver": CONFIG.driver, "native": sorted(native),
+    strategy = kernels.served()
+    return {"profile": CONFIG.profile.name, "driver": CONFIG.driver, "native": list(strategy),
+            "strategy": strategy,
             "profile_refuses": [str(d).replace("torch.", "") for d in CONFIG.profile.unsupported_dtypes()],
             "dtype_agnostic": sorted(DTYPE_AGNOSTIC_OPS), "fallback": fallback_stats()}

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"native ops (musa_functions.yaml), in their kernel's dtypes: {len(cov['native'])}")
     width = max(len(n) for n in cov["native"])
     for name in cov["native"]:
-        print(f"  {name}")
+        print(f"  {name:<{width}}  {cov['strategy'][name]}")
     print(f"ops that took the CPU fallback: {len(cov['fallback'])}")
     for name, calls in cov["fallback"].items():
         print(f"  {name:<{width}}  {calls} call(s)")

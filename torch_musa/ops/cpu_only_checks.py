@@ -14,11 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from torch_musa.config import CONFIG
-from torch_musa.ops import aten_kernels
-
-_library: torch.library.Library | None = None
-
 
 def _check_q(q: torch.Tensor) -> None:
     if q.numel() and not bool(q.ge(0).logical_and_(q.le(1)).all()):
@@ -34,15 +29,8 @@ def _checked(overload: torch._ops.OpOverload):
     return kernel
 
 
-def install() -> None:
-    """Register the checked composites on musa's backend and autograd keys (host driver, once)."""
-    global _library
-    if _library is not None or CONFIG.driver != "host":
-        return
-    impls = []
-    for name in ("quantile", "nanquantile"):
-        for overload in ("default", "out"):
-            op = getattr(getattr(torch.ops.aten, name), overload)
-            qualified = name if overload == "default" else f"{name}.{overload}"
-            impls += [(qualified, _checked(op), key) for key in ("PrivateUse1", "AutogradPrivateUse1")]
-    _library = aten_kernels.register(impls)
+def kernel(op: str):
+    """``quantile``/``nanquantile`` (and ``.out``) with the check (musa_functions.yaml names this
+    factory; ops/kernels.py registers it on musa's backend and autograd keys)."""
+    base, _, overload = op.partition(".")
+    return _checked(getattr(getattr(torch.ops.aten, base), overload or "default"))

@@ -21,7 +21,6 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_musa import _C
 from torch_musa.config import CONFIG
-from torch_musa.ops import aten_kernels
 
 #: aten op overload -> the OpInfo (or module) names it serves.
 HALF_UPCAST_OPS = {
@@ -62,7 +61,6 @@ HALF_UPCAST_COMPOSITE = ("ctc_loss.IntList", "ctc_loss.Tensor")
 
 _UP = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 _DOUBLE = {torch.float64: torch.float32, torch.complex128: torch.complex64}
-_library: torch.library.Library | None = None
 
 
 def _musa(t) -> bool:
@@ -139,23 +137,21 @@ def _make_composite(op):
     return kernel
 
 
-def _impls():
-    for name in HALF_UPCAST_OPS:
-        base, _, overload = name.partition(".")
-        op = getattr(getattr(torch.ops.aten, base), overload or "default")
-        # A backend kernel on a composite op would cut it off from autograd.
-        assert not torch._C._dispatch_has_kernel_for_dispatch_key(
-            op.name(), "CompositeImplicitAutograd"), op
-        yield name, _make_kernel(op), "PrivateUse1"
-    for name in HALF_UPCAST_COMPOSITE:
-        base, _, overload = name.partition(".")
-        op = getattr(getattr(torch.ops.aten, base), overload)
-        yield name, _make_composite(op), "AutogradPrivateUse1"
+def _overload(name: str):
+    base, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, base), overload or "default")
 
 
-def install() -> None:
-    """Register the kernels for musa (host driver only: the cuda driver's kernels are
-    CUDA's, which have these dtypes). They replace the boxed fallback's registrations."""
-    global _library
-    if _library is None and CONFIG.driver == "host":
-        _library = aten_kernels.register(_impls(), override=True)
+def kernel(name: str):
+    """The kernel of a ``HALF_UPCAST_OPS`` op (musa_functions.yaml names this factory;
+    ops/kernels.py registers it, host driver only: the cuda driver's kernels are CUDA's,
+    which have these dtypes)."""
+    op = _overload(name)
+    # A backend kernel on a composite op would cut it off from autograd.
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"), op
+    return _make_kernel(op)
+
+
+def composite(name: str):
+    """The autograd-key kernel of a ``HALF_UPCAST_COMPOSITE`` op (see ``kernel``)."""
+    return _make_composite(_overload(name))

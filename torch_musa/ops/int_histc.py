@@ -21,12 +21,9 @@ import torch
 from torch._prims_common.wrappers import _maybe_resize_out
 
 from torch_musa import _C
-from torch_musa.config import CONFIG
-from torch_musa.ops import aten_kernels
 
 #: The integer dtypes CUDA's histc dispatches (AT_DISPATCH_ALL_TYPES).
 INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
-_library: torch.library.Library | None = None
 
 
 def _wrap(value: int, dtype: torch.dtype) -> int:
@@ -82,10 +79,6 @@ def histc_out(self: torch.Tensor, bins: int = 100, min=0, max=0, *, out: torch.T
     return out.copy_(result)
 
 
-def install() -> None:
-    """Register histc and histc.out for musa (host driver, once); they replace the
-    boxed fallback's registrations."""
-    global _library
-    if _library is None and CONFIG.driver == "host":
-        _library = aten_kernels.register(
-            [("histc", histc, "PrivateUse1"), ("histc.out", histc_out, "PrivateUse1")], override=True)
+def kernel(op: str):
+    """The kernel of ``op`` (musa_functions.yaml names this factory; ops/kernels.py registers it)."""
+    return {"histc": histc, "histc.out": histc_out}[op]

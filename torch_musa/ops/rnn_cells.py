@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_musa.ops import aten_kernels
-
 _REDUCED = (torch.float16, torch.bfloat16)
-_library: torch.library.Library | None = None
 
 
 def _acc(t: torch.Tensor) -> torch.Tensor:
@@ -160,14 +157,14 @@ def gru_cell_backward(grad_hy, workspace, has_bias):
     return grad_input_gates, grad_hidden_gates, grad_hx, grad_input_gates.sum(0), grad_hidden_gates.sum(0)
 
 
-def install() -> None:
-    """Register the four kernels for the musa device (once)."""
-    global _library
-    if _library is not None:
-        return
-    _library = aten_kernels.register([
-        ("_thnn_fused_lstm_cell", lstm_cell, "PrivateUse1"),
-        ("_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward, "PrivateUse1"),
-        ("_thnn_fused_gru_cell", gru_cell, "PrivateUse1"),
-        ("_thnn_fused_gru_cell_backward", gru_cell_backward, "PrivateUse1"),
-    ])
+_KERNELS = {
+    "_thnn_fused_lstm_cell": lstm_cell,
+    "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
+    "_thnn_fused_gru_cell": gru_cell,
+    "_thnn_fused_gru_cell_backward": gru_cell_backward,
+}
+
+
+def kernel(op: str):
+    """The kernel of ``op`` (musa_functions.yaml names this factory; ops/kernels.py registers it)."""
+    return _KERNELS[op]

@@ -24,10 +24,6 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from torch_musa.config import CONFIG
-from torch_musa.ops import aten_kernels
-
-_library: torch.library.Library | None = None
 
 
 def _layer_params(params: Sequence[torch.Tensor], has_biases: bool) -> list[tuple]:
@@ -161,14 +157,12 @@ def _rnn(cell: Callable):
     return on_input, on_data
 
 
-def install() -> None:
-    """Register the four layers on musa's backend and autograd keys (host driver, once)."""
-    global _library
-    if _library is not None or CONFIG.driver != "host":
-        return
-    impls = []
-    for name, cell in (("rnn_tanh", torch.tanh), ("rnn_relu", torch.relu)):
-        on_input, on_data = _rnn(cell)
-        for key in ("PrivateUse1", "AutogradPrivateUse1"):
-            impls += [(f"{name}.input", on_input, key), (f"{name}.data", on_data, key)]
-    _library = aten_kernels.register(impls)
+_CELLS = {"rnn_tanh": torch.tanh, "rnn_relu": torch.relu}
+
+
+def kernel(op: str):
+    """``rnn_tanh``/``rnn_relu``'s ``.input`` or ``.data`` layer (musa_functions.yaml names this
+    factory; ops/kernels.py registers it on musa's backend and autograd keys)."""
+    name, _, overload = op.partition(".")
+    on_input, on_data = _rnn(_CELLS[name])
+    return {"input": on_input, "data": on_data}[overload]

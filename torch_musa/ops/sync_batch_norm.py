@@ -12,11 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from torch_musa.config import CONFIG
-from torch_musa.ops import aten_kernels
-
-_library: torch.library.Library | None = None
-
 
 def _acc(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
@@ -99,7 +94,7 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
     return (g * scale).to(input.dtype)
 
 
-KERNELS = {
+_KERNELS = {
     "batch_norm_stats": batch_norm_stats,
     "batch_norm_gather_stats_with_counts": batch_norm_gather_stats_with_counts,
     "batch_norm_elemt": batch_norm_elemt,
@@ -108,10 +103,6 @@ KERNELS = {
 }
 
 
-def install() -> None:
-    """Register the kernels for musa on the host driver (the cuda driver runs CUDA's);
-    they replace the boxed fallback's registrations."""
-    global _library
-    if _library is None and CONFIG.driver == "host":
-        _library = aten_kernels.register(((name, fn, "PrivateUse1") for name, fn in KERNELS.items()),
-                                         override=True)
+def kernel(op: str):
+    """The kernel of ``op`` (musa_functions.yaml names this factory; ops/kernels.py registers it)."""
+    return _KERNELS[op]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import warnings
 from dataclasses import asdict, dataclass, field
 
@@ -31,7 +30,9 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .sweep_common import draw_counts, load_testing_db, to_device, weighted_sum
+from torch_musa._table import render
+
+from .sweep_common import draw_counts, load_testing_db, progress_bar, to_device, weighted_sum
 
 MAX_SAMPLES = 3
 MAX_DISTINCT = 6
@@ -412,17 +413,13 @@ def sweep(sample: int = 1, offset: int = 0, names=None, progress: bool = False,
           dtypes=(torch.float32,)) -> list[OpResult]:
     todo = [(op, dt) for op in ops(sample, offset, names) for dt in dtypes]
     results = []
-    t0 = time.time()
-    with warnings.catch_warnings():
+    bad = 0
+    with warnings.catch_warnings(), progress_bar(todo, progress, "ops") as bar:
         warnings.simplefilter("ignore")
-        for k, (op, dt) in enumerate(todo):
+        for op, dt in bar:
             results.append(run_op(op, dt))
-            if progress and (k % 10 == 0 or k == len(todo) - 1):
-                bad = sum(bool(musa_owned(r)) for r in results)
-                print(f"\r[{k + 1}/{len(todo)}] {time.time() - t0:.0f}s musa mismatches in {bad} ops "
-                      f"{results[-1].op:<36}", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+            bad += bool(musa_owned(results[-1]))
+            bar.set_postfix_str(f"musa mismatches in {bad} ops; {results[-1].op}", refresh=False)
     return results
 
 
@@ -473,18 +470,15 @@ def table(results: list[OpResult], limit_per_op: int = 4) -> str:
              "of musa tensors (what torch.compile assumes); \"meta-device\": the meta device, where that "
              "could not run.", "",
              "## musa's mismatches", "",
-             "| op | dtype | sample | output | vs | field | musa | reference | known |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        for m in musa_owned(r)[:limit_per_op]:
-            lines.append(f"| {m.op} | {r.dtype} | {m.sample} | {m.where} | {m.against} | {m.field} | {m.musa} "
-                         f"| {m.reference} | {'yes' if known_reason(m) else '**no**'} |")
+             render(["op", "dtype", "sample", "output", "vs", "field", "musa", "reference", "known"],
+                    [[m.op, r.dtype, m.sample, m.where, m.against, m.field, m.musa, m.reference,
+                      "yes" if known_reason(m) else "**no**"]
+                     for r in results for m in musa_owned(r)[:limit_per_op]], markdown=True)]
     lines += ["", "Kept on purpose:", ""] + [f"- {' / '.join(k)}: {v}" for k, v in KNOWN.items()]
     lines += ["", "## Stock PyTorch: CPU vs meta (recorded, not counted against musa)", "",
-              "| op | dtype | sample | output | field | cpu | meta |", "|---|---|---|---|---|---|---|"]
-    for r in results:
-        for m in r.cpu_vs_meta[:limit_per_op]:
-            lines.append(f"| {m.op} | {r.dtype} | {m.sample} | {m.where} | {m.field} | {m.musa} | {m.reference} |")
+              render(["op", "dtype", "sample", "output", "field", "cpu", "meta"],
+                     [[m.op, r.dtype, m.sample, m.where, m.field, m.musa, m.reference]
+                      for r in results for m in r.cpu_vs_meta[:limit_per_op]], markdown=True)]
     return "\n".join(lines) + "\n"
 
 

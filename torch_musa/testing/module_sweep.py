@@ -41,11 +41,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from torch_musa._table import render
+from torch_musa._driver import KERNEL_DEVICE
 from torch_musa.config import CONFIG
 
 from .dtypes import LOW_PRECISION
-from .sweep_common import (compare, draw_counts, load_testing_db, profile_limited, rate, to_device,
-                           weighted_grads, weighted_sum)
+from .sweep_common import (compare, draw_counts, load_testing_db, profile_limited, progress_bar, rate,
+                           to_device, weighted_grads, weighted_sum)
 from .tolerances import tolerance
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -310,7 +312,7 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
                 case = f"[{mode}{', ' + mod_in.desc if mod_in.desc else ''}]"
                 try:
                     cpu = _build(mi, ctor, dtype, training)
-                    if CONFIG.driver != "host":
+                    if KERNEL_DEVICE != "cpu":  # the host driver's weights are the CPU's
                         _materialize_lazy(cpu, fwd)
                     dev = copy.deepcopy(cpu)  # lazy modules: moved before their first forward
                     ref = _forward(cpu, fwd)
@@ -435,18 +437,11 @@ def sweep(sample: int = 1, modules: list[str] | None = None, progress: bool = Fa
           max_inputs: int = MAX_INPUTS) -> list[Result]:
     todo = list(cases(sample, modules))
     results = []
-    t0 = time.time()
-    tty = sys.stderr.isatty()
-    cr, end = ("\r", "") if tty else ("", "\n")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), progress_bar(todo, progress, "pairs") as bar:
         warnings.simplefilter("ignore")
-        for k, (mi, dtype) in enumerate(todo):
-            if progress and (tty or k % 20 == 0):  # a log gets a line every 20 pairs
-                print(f"{cr}[{k + 1}/{len(todo)}] {time.time() - t0:4.0f}s {mi.name:<28} {_label(dtype):<9}",
-                      end=end, file=sys.stderr, flush=True)
+        for mi, dtype in bar:
+            bar.set_postfix_str(f"{mi.name} {_label(dtype)}", refresh=False)
             results.append(run_case(mi, dtype, max_inputs))
-    if progress:
-        print(f"{cr}{len(todo)} pairs in {time.time() - t0:.0f}s{' ' * 40}", file=sys.stderr)
     return results
 
 
@@ -478,11 +473,7 @@ def table(results: list[Result], markdown: bool = False) -> str:
     head = ["module", "dtype", *CHECKS, "inputs", "reason or note"]
     rows = [[r.module, r.dtype, *(getattr(r, c) for c in CHECKS), str(r.inputs), r.reason or r.note]
             for r in results]
-    if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(lines + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows])
-    width = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, width)) + "  " + row[-1] for row in [head, *rows])
+    return render(head, rows, markdown=markdown)
 
 
 def write_png(results: list[Result], path: str) -> None:

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from torch_musa.config import CONFIG
+from torch_musa._driver import KERNEL_DEVICE
 from torch_musa.testing.tolerances import tolerance
 
 __all__ = ["kernel_device", "cpu_tolerance"]
 
-_KERNEL_DEVICE = {"host": "cpu", "cuda": "cuda"}
-
-
 def kernel_device() -> str:
     """The device whose kernels musa runs: ``"cpu"`` or ``"cuda"``."""
-    return _KERNEL_DEVICE[CONFIG.driver]
+    return KERNEL_DEVICE
 
 
 def cpu_tolerance(dtype: torch.dtype = torch.float32) -> dict[str, float]:
@@ -31,7 +28,7 @@ def cpu_tolerance(dtype: torch.dtype = torch.float32) -> dict[str, float]:
     cuBLAS and cuDNN kernels, whose differences from the CPU's (about 1e-7 relative
     per op) grow with the steps; half precision: the policy's tolerance, twice (the
     GPU's rounding and the CPU's)."""
-    if CONFIG.driver == "host":
+    if KERNEL_DEVICE == "cpu":  # the CPU's own kernels
         return {"rtol": 0.0, "atol": 0.0}
     if dtype == torch.float32:
         return {"rtol": 1e-4, "atol": 1e-5}

@@ -8,6 +8,7 @@ same thing the same way.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -21,6 +22,15 @@ PROFILE_LIMIT = "is not supported by the musa hardware profile"
 def profile_limited(reason: str) -> bool:
     """The failure is the profile refusing a dtype it lacks (by design, with a clear error)."""
     return PROFILE_LIMIT in reason
+
+
+def progress_bar(todo: list, show: bool, unit: str):
+    """tqdm over the sweep's cases on stderr; a log (not a terminal) gets a line a minute."""
+    from tqdm import tqdm
+
+    tty = sys.stderr.isatty()
+    return tqdm(todo, disable=not show, file=sys.stderr, unit=unit, dynamic_ncols=tty,
+                mininterval=0.1 if tty else 60.0)
 
 
 def load_testing_db(module: str, name: str):

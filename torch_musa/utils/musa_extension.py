@@ -22,6 +22,7 @@ import tempfile
 import torch
 from torch.utils import cpp_extension as _cpp
 
+from torch_musa._driver import KERNEL_DEVICE, NAME
 from torch_musa.config import CONFIG
 
 __all__ = ["MUSAExtension", "CppExtension", "BuildExtension", "load", "load_inline",
@@ -33,9 +34,9 @@ MUSA_SOURCE_SUFFIXES = (".mu",)
 MUSA_HEADER_SUFFIXES = (".muh",)
 
 def _gpu_compiler_available() -> bool:
-    """Whether .mu sources can compile here: the cuda driver, with torch built with CUDA and
-    CUDA's toolkit found (CUDA_HOME)."""
-    return CONFIG.driver == "cuda" and torch.version.cuda is not None and _cpp.CUDA_HOME is not None
+    """Whether .mu sources can compile here: kernels run on CUDA (the cuda driver), with
+    torch built with CUDA and CUDA's toolkit found (CUDA_HOME)."""
+    return KERNEL_DEVICE == "cuda" and torch.version.cuda is not None and _cpp.CUDA_HOME is not None
 
 
 #: The toolkit that compiles MUSA C, as the real torch_musa's MUSA_HOME: MUSA_HOME, else
@@ -84,8 +85,8 @@ def _link_args() -> list[str]:
 
 def _no_gpu_compiler(what: list[str]) -> RuntimeError:
     shown = ", ".join(os.path.basename(s) for s in what[:3]) + (" ..." if len(what) > 3 else "")
-    if CONFIG.driver != "cuda":
-        why = (f"the {CONFIG.driver} driver runs kernels on the CPU and has no GPU compiler "
+    if KERNEL_DEVICE != "cuda":
+        why = (f"the {NAME} driver runs kernels on the CPU and has no GPU compiler "
                "(the MUSA toolkit's mcc is not supported by this torch_musa)")
     elif torch.version.cuda is None:
         why = f"the cuda driver needs torch built with CUDA to compile them (torch {torch.__version__})"

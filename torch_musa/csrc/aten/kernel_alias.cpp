@@ -104,19 +104,24 @@ void recycle_alias(at::Tensor& a) {
   tl_pool[tl_pool_n++] = a.unsafeReleaseTensorImpl();
 }
 
-at::Tensor kernel_alias(const at::Tensor& t) {
+at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(s);
   const KernelSide& k = kernel_side();
-  c10::DataPtr dp(s->mutable_data(), s, &release_storage,
-                  c10::Device(k.type, k.type == c10::DeviceType::CPU
-                                          ? c10::DeviceIndex(-1)
-                                          : t.device().index()));
+  c10::DataPtr dp(materialize ? s->mutable_data() : const_cast<void*>(s->data()), s,
+                  &release_storage, kernel_device(t.device().index()));
   if (tl_pool_n > 0 && !t._is_zerotensor()) return reuse(std::move(dp), t);
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), s->nbytes(), std::move(dp),
       k.allocator, /*resizable=*/true);
   return make_like(c10::Storage(std::move(storage)), k.keys, t);
+}
+
+void materialize_alias(const c10::Storage& host_storage, c10::StorageImpl* musa_storage,
+                       c10::DeviceIndex device) {
+  c10::raw::intrusive_ptr::incref(musa_storage);  // the old DataPtr's reference goes below
+  host_storage.unsafeGetStorageImpl()->set_data_ptr_noswap(c10::DataPtr(
+      musa_storage->mutable_data(), musa_storage, &release_storage, kernel_device(device)));
 }
 
 at::Tensor kernel_alias_over(const c10::Storage& host_storage, const at::Tensor& t) {

@@ -10,7 +10,16 @@
 
 namespace torch_musa {
 
-at::Tensor kernel_alias(const at::Tensor& musa_tensor);
+// `materialize`: take the storage's mutable data. A copy-on-write storage
+// (torch._lazy_clone) is then copied first; a kernel that only reads it passes
+// false, so reading a COW tensor leaves it shared, as on the CPU device.
+at::Tensor kernel_alias(const at::Tensor& musa_tensor, bool materialize = true);
+
+// Points `host_storage`, a read-only alias of `musa_storage` made with
+// materialize=false, at the musa storage's own (materialized) data, for an
+// argument of the same call that writes it.
+void materialize_alias(const c10::Storage& host_storage, c10::StorageImpl* musa_storage,
+                       c10::DeviceIndex device);
 
 // A host alias of `musa_tensor` over `host_storage`, the host storage already
 // aliasing its musa storage in this op call: arguments that share musa memory

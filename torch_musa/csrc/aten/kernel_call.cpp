@@ -1,5 +1,8 @@
 #include "aten/kernel_call.h"
+
 #include "core/MUSAStream.h"
+
+#include <c10/core/impl/COW.h>
 
 #include <ATen/Functions.h>
 
@@ -9,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_set>
+#include <utility>
 
 namespace torch_musa {
 
@@ -137,6 +141,8 @@ void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list, bool
     if (C10_UNLIKELY(index_list && sync_debug_mode() != 0) &&
         (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte))
       sync_point("boolean mask indexing");
+    if (written && t.has_storage())
+      written_storages_.push_back(t.storage().unsafeGetStorageImpl());
     const auto d = t.device().index();
     if (device_ < 0) device_ = d;
     else if (d != device_) mismatch(t, arg);
@@ -179,9 +185,16 @@ void KernelCall::unsupported(const at::Tensor& t, const char* arg) {
                     "(TORCH_MUSA_PROFILE).");
 }
 
+bool KernelCall::storage_written(const c10::StorageImpl* s) const {
+  for (const c10::StorageImpl* w : written_storages_)
+    if (w == s) return true;
+  return false;
+}
+
 at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow) {
   if (!t.defined() || !t.is_privateuseone()) return t;
   bool cast = false;
+  bool shared = false;
   at::Tensor h;
   if (C10_UNLIKELY(is_double(t.scalar_type()) && !dtype_supported(t.scalar_type()) &&
                    double_cast_enabled() && !exempt(op_))) {
@@ -194,12 +207,25 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
     c10::StorageImpl* ms = t.storage().unsafeGetStorageImpl();
     for (Alias& a : aliases_) {
       if (a.cast || a.musa->storage().unsafeGetStorageImpl() != ms) continue;
+      if (C10_UNLIKELY(written && a.shared)) {  // read first, written by a later argument
+        materialize_alias(a.kernel.storage(), ms, t.device().index());
+        for (Alias& b : aliases_)
+          if (b.kernel.storage().unsafeGetStorageImpl() == a.kernel.storage().unsafeGetStorageImpl())
+            b.shared = false;
+      }
       if (a.musa->unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
         a.written |= written;
         return a.kernel;
       }
       h = kernel_alias_over(a.kernel.storage(), t);
+      shared = a.shared;
       break;
+    }
+    if (!h.defined()) {
+      // Only a storage that the op writes needs its own copy of copy-on-write data.
+      shared = !written && !storage_written(ms) &&
+               c10::impl::cow::is_cow_data_ptr(std::as_const(*ms).data_ptr());
+      h = kernel_alias(t, /*materialize=*/!shared);
     }
   }
   if (!h.defined()) h = kernel_alias(t);
@@ -210,7 +236,7 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
   }
   aliases_.push_back({h, borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
                                  : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
-                      written, cast});
+                      written, cast, shared});
   return h;
 }
 

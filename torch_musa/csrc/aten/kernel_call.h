@@ -115,7 +115,9 @@ class KernelCall {
     c10::MaybeOwned<at::Tensor> musa;
     bool written;
     bool cast;  // float64 computed in float32 (double cast), or a contiguous copy
+    bool shared;  // made without materializing a copy-on-write storage (read only)
   };
+  bool storage_written(const c10::StorageImpl* s) const;
   [[noreturn]] void mismatch(const at::Tensor& t, const char* arg);
   [[noreturn]] void unsupported(const at::Tensor& t, const char* arg);
 
@@ -129,6 +131,9 @@ class KernelCall {
   const char* other_arg_ = nullptr;
   bool downcast_ = false;
   c10::SmallVector<Alias, 4> aliases_;
+  // Storages of the musa arguments the op writes: only those are materialized
+  // when copy-on-write (the others are read through the shared data).
+  c10::SmallVector<const c10::StorageImpl*, 2> written_storages_;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;
 };
 

@@ -151,7 +151,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor src = !self.is_privateuseone() ? self
                    : dst.is_privateuseone() && self.storage().is_alias_of(dst.storage())
                        ? kernel_alias_over(out.storage(), self)
-                       : kernel_alias(self);
+                       : kernel_alias(self, /*materialize=*/false);  // only read
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
   KernelThreads threads;  // a large copy is parallel
@@ -182,7 +182,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   sync_point("_local_scalar_dense (.item())");
   wait_for_host_read(current_stream(self.device().index()));
-  return at::_local_scalar_dense(kernel_alias(self));
+  return at::_local_scalar_dense(kernel_alias(self, /*materialize=*/false));
 }
 
 // Convolution reaches an out-of-tree backend only through these two ops.

@@ -171,7 +171,7 @@ PYBIND11_MODULE(_C, m) {
   });
   // The same function for C++ above the runtime (torch_musa.distributed._C).
   m.attr("_kernel_alias_capi") = py::capsule(
-      reinterpret_cast<void*>(static_cast<at::Tensor (*)(const at::Tensor&)>(&kernel_alias)),
+      reinterpret_cast<void*>(+[](const at::Tensor& t) { return kernel_alias(t); }),
       "torch_musa._C._kernel_alias_capi");
   // The way back: kernel-device tensors (results of code compiled for the
   // kernel device, torch_musa/_inductor/kernel_device.py) as musa tensors on

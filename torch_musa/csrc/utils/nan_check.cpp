@@ -106,7 +106,7 @@ int scan(const at::Tensor& t) {
     const int r = scan_dense(p, t.numel(), t.scalar_type());
     if (r >= 0) return r;
   }
-  at::Tensor h = t.is_privateuseone() ? kernel_alias(t) : t;
+  at::Tensor h = t.is_privateuseone() ? kernel_alias(t, /*materialize=*/false) : t;
   h = h.contiguous();
   if (h.is_complex()) h = at::view_as_real(h);
   if (scan_dense(h.data_ptr(), h.numel(), h.scalar_type()) < 0) h = h.to(at::kFloat);

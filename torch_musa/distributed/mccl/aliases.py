@@ -16,12 +16,15 @@ import torch
 from torch._C import _distributed_c10d as _c10d
 
 from torch_musa import _C
+from torch_musa._driver import KERNEL_DEVICE
 from torch_musa.config import CONFIG
 
-#: The aliases are CUDA tensors (cuda driver): completion is stream-ordered.
-CUDA_ALIASES = CONFIG.driver == "cuda"
-#: Gloo calls run on host copies of the musa tensors.
-STAGE_GLOO = CUDA_ALIASES or CONFIG.mccl_stage_gloo
+#: The device type of the aliases: ``"cpu"`` (host driver) or ``"cuda"`` (cuda driver,
+#: where completion is stream-ordered).
+ALIAS_DEVICE = KERNEL_DEVICE
+#: Gloo calls run on host copies of the musa tensors (always where the aliases are not
+#: host memory, which Gloo cannot read).
+STAGE_GLOO = ALIAS_DEVICE != "cpu" or CONFIG.mccl_stage_gloo
 
 _kernel_alias = _C._kernel_alias  # the runtime's one alias function
 _TL = threading.local()

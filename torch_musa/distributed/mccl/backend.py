@@ -21,7 +21,7 @@ from torch_musa.config import CONFIG
 from torch_musa.distributed import dtensor_random
 from torch_musa.distributed import _C as _mccl_C  # noqa: F401  (registers the C++ kernels)
 from torch_musa.distributed.mccl import kernels, signature
-from torch_musa.distributed.mccl.aliases import CUDA_ALIASES, STAGE_GLOO
+from torch_musa.distributed.mccl.aliases import ALIAS_DEVICE, STAGE_GLOO
 from torch_musa.distributed.mccl.errors import MCCLError
 
 #: Version of the mccl layer (major, minor, patch); the engine is Gloo or NCCL (see engine()).
@@ -37,7 +37,7 @@ def version():
     a user reading this to choose a code path needs; otherwise mccl's own layer over
     Gloo (:data:`VERSION`), since Gloo carries no version of its own.
     """
-    if CONFIG.driver != "host" and engine() == "nccl":
+    if ALIAS_DEVICE == "cuda" and engine() == "nccl":
         return tuple(torch.cuda.nccl.version()[:3])
     return VERSION
 
@@ -63,7 +63,7 @@ def engine(group_size: int = 1, requested: str | None = None) -> str:
     want = CONFIG.mccl_engine if requested is None else requested
     if want not in ("auto", "gloo", "nccl"):
         raise ValueError(f"mccl engine {want!r}: choose 'auto', 'gloo' or 'nccl'")
-    if CONFIG.driver == "host":
+    if ALIAS_DEVICE != "cuda":  # NCCL reads CUDA memory only
         if want == "nccl":
             raise MCCLError("MCCL_ENGINE=nccl needs the cuda driver (TORCH_MUSA_DRIVER=cuda): on the "
                             "host driver musa memory is host RAM and mccl runs Gloo")
@@ -167,7 +167,7 @@ def install():
     if not dist.is_available():
         return False
     if STAGE_GLOO:  # the C++ kernels alias as host tensors unless told
-        torch.ops.mccl.set_alias_device("cuda" if CUDA_ALIASES else "cpu", True)
+        torch.ops.mccl.set_alias_device(ALIAS_DEVICE, True)
     kernels.register()
     nccl = getattr(dist, "ProcessGroupNCCL", None)
     if nccl is not None and not hasattr(nccl.eager_connect_single_device, "__wrapped_for_musa__"):

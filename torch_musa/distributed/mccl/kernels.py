@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import datetime
 import functools
+import inspect
 import warnings
+from typing import Callable, NamedTuple
 
 import torch
 from torch._C import _distributed_c10d as _c10d
@@ -88,107 +90,145 @@ def _check_same(name, tensors, what="tensors"):
 
 
 # --------------------------------------------------------------------------- kernels
-def _allreduce_coalesced_(tensors, process_group, reduce_op, async_op=True, timeout=-1):
+class Kernel(NamedTuple):
+    """A Python c10d kernel: ``fn(name, *the op's arguments)``; ``name`` is the collective's
+    name in errors and cross-rank checks; ``group_arg`` and ``peer_arg`` are where the
+    process group and the peer rank (send/recv) sit among the op's arguments; ``staged``:
+    whether it runs on host copies where Gloo cannot read the aliases."""
+    fn: Callable
+    name: str
+    group_arg: int
+    peer_arg: int | None
+    staged: bool
+
+
+#: c10d op -> its musa kernel, as recorded by @kernel
+KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(op: str, name: str, staged: bool = True):
+    """Record the decorated function as the musa kernel of ``c10d::<op>``, the collective
+    ``name``. The positions of its process group and peer (a ``dst`` or ``src``
+    parameter, checked before the engine sees it) come from its signature."""
+    def record(fn):
+        params = list(inspect.signature(fn).parameters)[1:]  # after `name`
+        peer = next((params.index(p) for p in ("dst", "src") if p in params), None)
+        KERNELS[op] = Kernel(fn, name, params.index("process_group"), peer, staged)
+        return fn
+    return record
+
+
+@kernel("allreduce_coalesced_", "all_reduce_coalesced")
+def _allreduce_coalesced_(name, tensors, process_group, reduce_op, async_op=True, timeout=-1):
     b = _backend(process_group)
-    check(process_group, "all_reduce_coalesced", op_name(reduce_op), tensors)
+    check(process_group, name, op_name(reduce_op), tensors)
     o = _options(_c10d.AllreduceCoalescedOptions, async_op, timeout,
-                 reduceOp=_reduce_op(reduce_op, "all_reduce_coalesced"))
+                 reduceOp=_reduce_op(reduce_op, name))
     f = _premul_factor(reduce_op)
     if f is not None:
         for t in tensors:
             alias(t).copy_(_scaled(t, f))
     w = b.allreduce_coalesced(alias_list(tensors), o)
-    return finish("all_reduce_coalesced", b, w, async_op, tensors, tensors)
+    return finish(name, b, w, async_op, tensors, tensors)
 
 
-def _reduce_(tensors, process_group, reduce_op, root_rank, root_tensor, async_op=True, timeout=-1):
+@kernel("reduce_", "reduce")
+def _reduce_(name, tensors, process_group, reduce_op, root_rank, root_tensor, async_op=True, timeout=-1):
     b = _backend(process_group)
-    check(process_group, "reduce", f"{op_name(reduce_op)}, root={root_rank}", tensors)
+    check(process_group, name, f"{op_name(reduce_op)}, root={root_rank}", tensors)
     o = _options(_c10d.ReduceOptions, async_op, timeout,
-                 reduceOp=_reduce_op(reduce_op, "reduce"), rootRank=root_rank, rootTensor=root_tensor)
+                 reduceOp=_reduce_op(reduce_op, name), rootRank=root_rank, rootTensor=root_tensor)
     f = _premul_factor(reduce_op)
     if f is not None:  # inputs stay as they are (like nccl); the root gets the scaled sum
         tmp = [_scaled(t, f) for t in tensors]
         w = inflight.add(b.reduce(tmp, o))
         if b.rank() == root_rank:
             if not async_op:
-                done = finish("reduce", b, w, async_op, tensors, tensors)
+                done = finish(name, b, w, async_op, tensors, tensors)
                 for t, x in zip(tensors, tmp):
                     alias(t).copy_(x)
                 return done
-            return completer.complete(CopyBack(w, [alias(t) for t in tensors], tmp), "reduce", b, tensors,
+            return completer.complete(CopyBack(w, [alias(t) for t in tensors], tmp), name, b, tensors,
                                       tensors)
-        return finish("reduce", b, w, async_op, tensors, tensors)
+        return finish(name, b, w, async_op, tensors, tensors)
     w = b.reduce(alias_list(tensors), o)
-    return finish("reduce", b, w, async_op, tensors, tensors)
+    return finish(name, b, w, async_op, tensors, tensors)
 
 
-def _allgather_(output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
+@kernel("allgather_", "all_gather")
+def _allgather_(name, output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
     b = _backend(process_group)
     o = _options(_c10d.AllgatherOptions, async_op, timeout)
     for outs in output_tensors:
-        _check_same("all_gather", list(outs) + list(input_tensors), "input and output tensors")
-    check(process_group, "all_gather", "", [input_tensors, output_tensors])
+        _check_same(name, list(outs) + list(input_tensors), "input and output tensors")
+    check(process_group, name, "", [input_tensors, output_tensors])
     w = b.allgather(alias_lists(output_tensors), alias_list(input_tensors), o)
-    return output_tensors, finish("all_gather", b, w, async_op, output_tensors, input_tensors)
+    return output_tensors, finish(name, b, w, async_op, output_tensors, input_tensors)
 
 
-def _allgather_coalesced_(output_lists, input_list, process_group, async_op=True):
+@kernel("allgather_coalesced_", "all_gather_coalesced")
+def _allgather_coalesced_(name, output_lists, input_list, process_group, async_op=True):
     b = _backend(process_group)
     o = _options(_c10d.AllgatherOptions, async_op)
     w = b.allgather_coalesced(alias_lists(output_lists), alias_list(input_list), o)
-    return finish("all_gather_coalesced", b, w, async_op, output_lists, input_list)
+    return finish(name, b, w, async_op, output_lists, input_list)
 
 
-def _allgather_into_tensor_coalesced_(outputs, inputs, process_group, async_op=True):
+@kernel("allgather_into_tensor_coalesced_", "all_gather_into_tensor_coalesced")
+def _allgather_into_tensor_coalesced_(name, outputs, inputs, process_group, async_op=True):
     b = _backend(process_group)
     o = _options(_c10d.AllgatherOptions, async_op)
     # Gloo has no coalesced variant of its own for every build: issue them in order.
     ws = [b._allgather_base(alias(out), alias(inp), o) for out, inp in zip(outputs, inputs)]
-    return finish_many("all_gather_into_tensor_coalesced", b, ws, async_op, outputs, inputs)
+    return finish_many(name, b, ws, async_op, outputs, inputs)
 
 
-def _reduce_scatter_(output_tensors, input_tensors, process_group, reduce_op, async_op=True, timeout=-1):
+@kernel("reduce_scatter_", "reduce_scatter")
+def _reduce_scatter_(name, output_tensors, input_tensors, process_group, reduce_op, async_op=True,
+                     timeout=-1):
     b = _backend(process_group)
     o = _options(_c10d.ReduceScatterOptions, async_op, timeout,
-                 reduceOp=_reduce_op(reduce_op, "reduce_scatter"))
+                 reduceOp=_reduce_op(reduce_op, name))
     for out, ins in zip(output_tensors, input_tensors):
-        _check_same("reduce_scatter", [out] + list(ins), "input and output tensors")
+        _check_same(name, [out] + list(ins), "input and output tensors")
         for t in ins:
             if t.numel() != out.numel():
-                raise MCCLError(f"mccl reduce_scatter: every input must have the output's size "
+                raise MCCLError(f"mccl {name}: every input must have the output's size "
                                 f"{tuple(out.shape)}, got {tuple(t.shape)}")
-    check(process_group, "reduce_scatter", op_name(reduce_op), [output_tensors, input_tensors])
+    check(process_group, name, op_name(reduce_op), [output_tensors, input_tensors])
     f = _premul_factor(reduce_op)
     ins = alias_lists(input_tensors) if f is None else [[_scaled(t, f) for t in ts] for ts in input_tensors]
     w = b.reduce_scatter(alias_list(output_tensors), ins, o)
-    return output_tensors, finish("reduce_scatter", b, w, async_op, output_tensors, input_tensors, False)
+    return output_tensors, finish(name, b, w, async_op, output_tensors, input_tensors, False)
 
 
-def _reduce_scatter_tensor_coalesced_(outputs, inputs, process_group, reduce_op, async_op=True, timeout=-1):
+@kernel("reduce_scatter_tensor_coalesced_", "reduce_scatter_tensor_coalesced")
+def _reduce_scatter_tensor_coalesced_(name, outputs, inputs, process_group, reduce_op, async_op=True,
+                                      timeout=-1):
     b = _backend(process_group)
     o = _options(_c10d.ReduceScatterOptions, async_op, timeout,
-                 reduceOp=_reduce_op(reduce_op, "reduce_scatter_tensor_coalesced"))
+                 reduceOp=_reduce_op(reduce_op, name))
     f = _premul_factor(reduce_op)
     ws = [inflight.add(b._reduce_scatter_base(alias(out), alias(inp) if f is None else _scaled(inp, f), o))
           for out, inp in zip(outputs, inputs)]
     if async_op:
-        return completer.complete(Seq(ws), "reduce_scatter_tensor_coalesced", b, inputs, outputs)
-    return finish_many("reduce_scatter_tensor_coalesced", b, ws, async_op, outputs, inputs)
+        return completer.complete(Seq(ws), name, b, inputs, outputs)
+    return finish_many(name, b, ws, async_op, outputs, inputs)
 
 
-def _alltoall_(output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
+@kernel("alltoall_", "all_to_all")
+def _alltoall_(name, output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
     b = _backend(process_group)
     o = _options(_c10d.AllToAllOptions, async_op, timeout)
-    _check_same("all_to_all", list(output_tensors) + list(input_tensors), "input and output tensors")
-    check(process_group, "all_to_all", "", input_tensors, dtype_only=True)
+    _check_same(name, list(output_tensors) + list(input_tensors), "input and output tensors")
+    check(process_group, name, "", input_tensors, dtype_only=True)
     try:
         w = b.alltoall(alias_list(output_tensors), alias_list(input_tensors), o)
     except RuntimeError as exc:
         if "does not support alltoall" not in str(exc):
             raise
         return output_tensors, _alltoall_via_base(b, output_tensors, input_tensors, o)
-    return output_tensors, finish("all_to_all", b, w, async_op, output_tensors, input_tensors)
+    return output_tensors, finish(name, b, w, async_op, output_tensors, input_tensors)
 
 
 def _alltoall_via_base(b, outs, ins, o):
@@ -205,30 +245,33 @@ def _alltoall_via_base(b, outs, ins, o):
     return done_work(outs)
 
 
-def _alltoall_base_(output, input, process_group, output_split_sizes, input_split_sizes,  # noqa: A002
+@kernel("alltoall_base_", "all_to_all_single")
+def _alltoall_base_(name, output, input, process_group, output_split_sizes, input_split_sizes,  # noqa: A002
                     async_op=True, timeout=-1):
     b = _backend(process_group)
     o = _options(_c10d.AllToAllOptions, async_op, timeout)
-    _check_same("all_to_all_single", [output, input], "input and output tensors")
-    check(process_group, "all_to_all_single", "", [input], dtype_only=True)
+    _check_same(name, [output, input], "input and output tensors")
+    check(process_group, name, "", [input], dtype_only=True)
     w = b.alltoall_base(alias(output), alias(input), list(output_split_sizes), list(input_split_sizes), o)
-    return finish("all_to_all_single", b, w, async_op, [output], [input])
+    return finish(name, b, w, async_op, [output], [input])
 
 
-def _gather_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
+@kernel("gather_", "gather")
+def _gather_(name, output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
     b = _backend(process_group)
-    check(process_group, "gather", f"root={root_rank}", input_tensors)
+    check(process_group, name, f"root={root_rank}", input_tensors)
     o = _options(_c10d.GatherOptions, async_op, timeout, rootRank=root_rank)
     w = b.gather(alias_lists(output_tensors), alias_list(input_tensors), o)
-    return finish("gather", b, w, async_op, output_tensors, input_tensors)
+    return finish(name, b, w, async_op, output_tensors, input_tensors)
 
 
-def _scatter_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
+@kernel("scatter_", "scatter")
+def _scatter_(name, output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
     b = _backend(process_group)
-    check(process_group, "scatter", f"root={root_rank}", output_tensors)
+    check(process_group, name, f"root={root_rank}", output_tensors)
     o = _options(_c10d.ScatterOptions, async_op, timeout, rootRank=root_rank)
     w = b.scatter(alias_list(output_tensors), alias_lists(input_tensors), o)
-    return output_tensors, finish("scatter", b, w, async_op, output_tensors, input_tensors)
+    return output_tensors, finish(name, b, w, async_op, output_tensors, input_tensors)
 
 
 def check_peer(name, backend, peer):
@@ -255,89 +298,69 @@ def check_peer(name, backend, peer):
                            f"ranks [0, {size}){members}; the {role} must be {allowed}")
 
 
-def _send(tensors, process_group, dst, tag):
+@kernel("send", "send")
+def _send(name, tensors, process_group, dst, tag):
     b = _backend(process_group)
     note_p2p(process_group)
     w = b.send(alias_list(tensors), dst, tag)
-    return finish("send", b, w, True, tensors, tensors, False)
+    return finish(name, b, w, True, tensors, tensors, False)
 
 
-def _recv_(tensors, process_group, src, tag):
+@kernel("recv_", "recv")
+def _recv_(name, tensors, process_group, src, tag):
     b = _backend(process_group)
     note_p2p(process_group)
     w = b.recv(alias_list(tensors), src, tag)
-    return finish("recv", b, w, True, tensors, tensors, False)
+    return finish(name, b, w, True, tensors, tensors, False)
 
 
-def _recv_any_source_(tensors, process_group, tag):
+@kernel("recv_any_source_", "recv_anysource")
+def _recv_any_source_(name, tensors, process_group, tag):
     b = _backend(process_group)
     note_p2p(process_group)
     # The Gloo work carries the source rank (Work._source_rank()): hand it back as is.
     return inflight.add(b.recv_anysource(alias_list(tensors), tag)).boxed()
 
 
-def _barrier(tensor, process_group, device_ids, async_op=True, timeout=-1):
+@kernel("barrier", "barrier")
+def _barrier(name, tensor, process_group, device_ids, async_op=True, timeout=-1):
     b = _backend(process_group)
     o = _options(_c10d.BarrierOptions, async_op, timeout)
     w = b.barrier(o)
-    return finish("barrier", b, w, async_op, [], [])
+    return finish(name, b, w, async_op, [], [])
 
 
-def _monitored_barrier_(tensor, process_group, device_ids, timeout, wait_all_ranks):
+@kernel("monitored_barrier_", "monitored_barrier", staged=False)
+def _monitored_barrier_(name, tensor, process_group, device_ids, timeout, wait_all_ranks):
     b = _backend(process_group)
     b.monitored_barrier(datetime.timedelta(milliseconds=timeout), wait_all_ranks)
 
 
-# c10d op -> (kernel, the collective's name in errors)
-KERNELS = {
-    "allreduce_coalesced_": (_allreduce_coalesced_, "all_reduce_coalesced"),
-    "reduce_": (_reduce_, "reduce"),
-    "allgather_": (_allgather_, "all_gather"),
-    "allgather_coalesced_": (_allgather_coalesced_, "all_gather_coalesced"),
-    "allgather_into_tensor_coalesced_": (_allgather_into_tensor_coalesced_, "all_gather_into_tensor_coalesced"),
-    "reduce_scatter_": (_reduce_scatter_, "reduce_scatter"),
-    "reduce_scatter_tensor_coalesced_": (_reduce_scatter_tensor_coalesced_, "reduce_scatter_tensor_coalesced"),
-    "alltoall_": (_alltoall_, "all_to_all"),
-    "alltoall_base_": (_alltoall_base_, "all_to_all_single"),
-    "gather_": (_gather_, "gather"),
-    "scatter_": (_scatter_, "scatter"),
-    "send": (_send, "send"),
-    "recv_": (_recv_, "recv"),
-    "recv_any_source_": (_recv_any_source_, "recv_anysource"),
-    "barrier": (_barrier, "barrier"),
-    "monitored_barrier_": (_monitored_barrier_, "monitored_barrier"),
-}
-_GROUP_THIRD = ("allgather_", "allgather_coalesced_", "allgather_into_tensor_coalesced_", "reduce_scatter_",
-                "reduce_scatter_tensor_coalesced_", "alltoall_", "alltoall_base_", "gather_",
-                "scatter_")  # ops whose process group is the third argument
-_PEER_OPS = ("send", "recv_")  # (tensors, group, peer, tag): the peer is checked first
-
-
-def _named_kernel(op, fn, name):
+def _registered(k: Kernel):
     """The kernel as registered: staged where Gloo cannot read the aliases, and errors
     raised while issuing the collective (argument checks, debug-mode cross-rank checks)
     come out as MCCLError naming the collective."""
-    group_arg = 2 if op in _GROUP_THIRD else 1
+    fn = functools.partial(k.fn, k.name)
 
-    @functools.wraps(fn)
-    def kernel(*args, **kwargs):
-        if op in _PEER_OPS:  # before the engine (or staging) sees the peer
-            check_peer(name, _backend(args[1]), args[2])
+    @functools.wraps(k.fn)
+    def registered(*args, **kwargs):
+        if k.peer_arg is not None:  # before the engine (or staging) sees the peer
+            check_peer(k.name, _backend(args[k.group_arg]), args[k.peer_arg])
         try:
-            if STAGE_GLOO and op != "monitored_barrier_" and _backend(args[group_arg]).name() != "nccl":
+            if STAGE_GLOO and k.staged and _backend(args[k.group_arg]).name() != "nccl":
                 return run_staged(fn, args, kwargs)
             return fn(*args, **kwargs)
         except MCCLError:
             raise
         except Exception as exc:  # noqa: BLE001
             try:
-                backend = _backend(args[group_arg])
+                backend = _backend(args[k.group_arg])
             except Exception:  # noqa: BLE001
                 backend = None
             first = args[0]
-            raise named_error(name, backend, first if isinstance(first, list) else [first], exc) from exc
+            raise named_error(k.name, backend, first if isinstance(first, list) else [first], exc) from exc
 
-    return kernel
+    return registered
 
 
 _LIB = None  # the torch.library.Library holding the kernels (kept alive)
@@ -353,7 +376,7 @@ def register():
         # We replace the stock PrivateUse1 kernels on purpose.
         warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
         warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
-        for op, (fn, name) in KERNELS.items():
+        for op, k in KERNELS.items():
             if hasattr(torch.ops.c10d, op):
-                lib.impl(op, _named_kernel(op, fn, name), "PrivateUse1")
+                lib.impl(op, _registered(k), "PrivateUse1")
     _LIB = lib

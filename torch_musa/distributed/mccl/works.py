@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
 from torch_musa.distributed import _C as _mccl_C  # loading it registers the C++ kernels
-from torch_musa.distributed.mccl.aliases import CUDA_ALIASES, staging_scope
+from torch_musa.distributed.mccl.aliases import ALIAS_DEVICE, staging_scope
 from torch_musa.distributed.mccl.errors import MCCLError, checks_all, error_head, named, named_error
 
 _work_from_future = _c10d._create_work_from_future
@@ -349,7 +349,7 @@ def finish(name, backend, work, async_op, value, tensors, has_future=True):
 def _out_future(value, tensors):
     """The future a Work hands out. With CUDA aliases, stream-ordered: a future on the
     musa device (its events order the consumers after the collective)."""
-    if CUDA_ALIASES:
+    if ALIAS_DEVICE == "cuda":
         return torch.futures.Future(devices=[_device_of(value, tensors)])
     return torch.futures.Future()
 

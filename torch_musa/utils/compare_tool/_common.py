@@ -1,7 +1,6 @@
 """Shared pieces of the debugging tools: op names, lists, step window, logs, source lines."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -10,6 +9,8 @@ from typing import Any, Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from torch_musa._table import render
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _TOOL_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -340,15 +341,8 @@ class _WindowedMode(TorchDispatchMode):
 
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    buf = io.StringIO()
-    for j, r in enumerate(cells):
-        buf.write("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
-                            for i, c in enumerate(r)).rstrip() + "\n")
-        if j == 0:
-            buf.write("  ".join("-" * w for w in widths) + "\n")
-    return buf.getvalue().rstrip("\n")
+    """The first column left-aligned, the figures right-aligned."""
+    return render(headers, rows, ["<"] + [">"] * (len(headers) - 1))
 
 
 def fmt_err(x: float | None) -> str:

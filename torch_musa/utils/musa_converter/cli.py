@@ -37,6 +37,7 @@ import signal
 import stat
 import sys
 
+from torch_musa._table import render
 from torch_musa.utils.musa_converter import engine
 from torch_musa.cuda_mapping import load_table
 
@@ -70,15 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _table(rows: list[tuple], headers: tuple) -> str:
-    rows = [tuple(str(c) for c in r) for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
-    out += [fmt.format(*r) for r in rows]
-    return "\n".join(out)
-
-
 def print_report(res: engine.RunResult, quiet: bool = False, out=None, limit: int = 40) -> None:
     out = out or sys.stdout
     data = res.to_json()
@@ -88,7 +80,7 @@ def print_report(res: engine.RunResult, quiet: bool = False, out=None, limit: in
         if touched:
             rows = [(f.path + (f" -> {f.new_path}" if f.new_path else ""), f.status,
                      sum(f.counts.values()), len(f.review), f.reason) for f in touched[:limit]]
-            print(_table(rows, ("file", "status", "rewrites", "review", "note")), file=out)
+            print(render(("file", "status", "rewrites", "review", "note"), rows), file=out)
             if len(touched) > limit:
                 print(f"... {len(touched) - limit} more files (see --report)", file=out)
             print(file=out)
@@ -98,12 +90,12 @@ def print_report(res: engine.RunResult, quiet: bool = False, out=None, limit: in
             rules[rid] = rules.get(rid, 0) + v
         if rules:
             rows = sorted(rules.items(), key=lambda kv: -kv[1])
-            print(_table(rows, ("rule", "count")), file=out)
+            print(render(("rule", "count"), rows), file=out)
             print(file=out)
         if data["review"]:
             print("Needs a human look (a rewrite cannot fix these):", file=out)
             rows = [(f"{r['path']}:{r['line']}", r["id"], r["text"][:70]) for r in data["review"][:limit]]
-            print(_table(rows, ("where", "issue", "code")), file=out)
+            print(render(("where", "issue", "code"), rows), file=out)
             if len(data["review"]) > limit:
                 print(f"... {len(data['review']) - limit} more (see --report)", file=out)
             seen = []
