@@ -6,7 +6,7 @@ refuses, and the ops that fell back.
 """
 from __future__ import annotations
 
-from torch_musa import _C
+from torch_musa import _C, _driver
 from torch_musa.config import CONFIG
 from torch_musa.ops import kernels
 from torch_musa.ops.dtype_policy import DTYPE_AGNOSTIC_OPS
@@ -34,7 +34,7 @@ def coverage() -> dict:
     that took the CPU fallback.
     """
     strategy = kernels.served()
-    return {"profile": CONFIG.profile.name, "driver": CONFIG.driver, "native": list(strategy),
+    return {"profile": CONFIG.profile.name, "driver": _driver.NAME, "native": list(strategy),
             "strategy": strategy,
             "profile_refuses": [str(d).replace("torch.", "") for d in CONFIG.profile.unsupported_dtypes()],
             "dtype_agnostic": sorted(DTYPE_AGNOSTIC_OPS), "fallback": fallback_stats()}
