@@ -34,6 +34,9 @@ def check_books():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_alloc_free_keeps_books(seed):
     rng = random.Random(seed)
+    # Tensors that earlier tests in this process keep (a module's cache) stay; under
+    # pytest-xdist which tests ran before this one differs from run to run.
+    held, held_reserved = torch.musa.memory_allocated(), torch.musa.memory_reserved()
     live = []
     for step in range(1500):
         if live and rng.random() < 0.48:
@@ -46,6 +49,6 @@ def test_random_alloc_free_keeps_books(seed):
     check_books()
     live.clear()
     check_books()
-    assert torch.musa.memory_allocated() == 0
+    assert torch.musa.memory_allocated() == held
     torch.musa.empty_cache()
-    assert torch.musa.memory_reserved() == 0
+    assert torch.musa.memory_reserved() == held_reserved
