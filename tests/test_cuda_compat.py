@@ -155,6 +155,7 @@ print("API-OK")
 '''
 
 
+@pytest.mark.slow
 @REBINDS_CUDA
 def test_api_translation():
     r = python(API, env={"CUDA_VISIBLE_DEVICES": "1", "MUSA_VISIBLE_DEVICES": None,
@@ -179,6 +180,7 @@ def _cpu_losses(name):
     return losses(out)
 
 
+@pytest.mark.slow
 @REBINDS_CUDA
 @pytest.mark.parametrize("name", ["train_cnn.py", "train_lm.py"])
 def test_unmodified_example_runs_on_musa(name, tmp_path):
@@ -199,6 +201,7 @@ def test_unmodified_example_runs_on_musa(name, tmp_path):
     assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow
 @REBINDS_CUDA
 def test_env_switch_with_autoload():
     code = ('import torch\nx = torch.ones(2, device="cuda")\n'
@@ -340,6 +343,7 @@ print("SPELLINGS-OK")
 '''
 
 
+@pytest.mark.slow
 @REBINDS_CUDA
 @pytest.mark.requires_devices(2)  # cuda:1
 def test_every_torch_cuda_device_argument_takes_cuda_spellings():
@@ -426,6 +430,7 @@ print("DP-OK")
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.requires_devices(2)  # cuda:1
 def test_data_parallel_under_the_layer():
     """nn.DataParallel takes musa as its device type and the replica threads
@@ -490,6 +495,7 @@ print("STREAMS-OK")
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.requires_devices(2)  # cuda:1
 def test_torch_stream_event_and_accelerator_take_cuda_spellings():
     r = python(STREAMS_ACCELERATOR, env={"TORCH_MUSA_CUDA_COMPAT": "1"})

@@ -72,6 +72,7 @@ def _groups():
     yield pytest.param("shared", shared, id="shared")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how, blocks", list(_groups()))
 def test_readme_python_blocks_run_as_written(how, blocks, tmp_path):
     assert blocks, "the README should have python blocks that run in one interpreter"

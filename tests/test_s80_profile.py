@@ -15,6 +15,8 @@ import pytest
 
 from torch_musa.config import CONFIG
 
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).parent
 MARK = re.compile(r'@pytest\.mark\.requires_profile\(\s*"s80"')
 

@@ -243,6 +243,7 @@ def test_autocast_is_available_once_its_kernels_are_installed(monkeypatch):
     assert not torch.musa.amp.is_autocast_available()
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver(
     "selects the s80 profile, which only the host driver models; the GPU has bfloat16")
 def test_bfloat16_is_refused_on_s80(subpython):

@@ -238,6 +238,7 @@ def test_mask_with_causal_is_rejected():
         F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=True)
 
 
+@pytest.mark.slow
 @OWN_KERNELS
 def test_head_dim_160_on_arch_3(subpython):
     code = """

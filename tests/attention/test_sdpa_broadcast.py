@@ -112,6 +112,7 @@ def test_whisper_beam_search_shapes(qb, kb, dtype):
     _compare(q, k, v, grad=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("qb,kb", BATCHES)
 def test_float64_broadcast_batch_does_not_crash(qb, kb, subpython):
     """float64 crashed the process (SIGSEGV in the CPU flash kernel): run in a child so

@@ -52,6 +52,7 @@ def test_registered_through_public_extension_points():
     assert iface.get_device_properties(0).name == torch.musa.get_device_name(0)
 
 
+@pytest.mark.slow
 @HOST
 def test_registration_waits_for_dynamo_import(subpython):
     # `import torch_musa` must not pay for dynamo/Inductor; they register when imported.
@@ -133,6 +134,7 @@ def test_profile_dtype_limits_hold_in_compiled_code():
             torch.compile(lambda a: a.double().exp() * 2)(x)
 
 
+@pytest.mark.slow
 def test_aot_inductor_says_what_is_missing(subpython):
     # In its own interpreter: the failed package keeps the exported module's musa
     # parameters alive for the rest of the process.
@@ -148,6 +150,7 @@ def test_aot_inductor_says_what_is_missing(subpython):
     assert r.returncode == 0 and "refused" in r.stdout, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_cuda_compat_compiles_and_is_not_rocm(subpython):
     r = subpython("""
         import torch, torch_musa

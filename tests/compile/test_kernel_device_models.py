@@ -76,6 +76,7 @@ class TinyGPT2(nn.Module):
         return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten())
 
 
+@pytest.mark.slow
 @BF16
 def test_gpt2_like_step_is_one_graph_each_way_all_on_the_kernel_device():
     torch.manual_seed(0)

@@ -48,6 +48,7 @@ def test_a_bad_value_names_variable_value_and_what_is_allowed(name, value, allow
     assert f"{name}={value!r}" in str(e.value) and allowed in str(e.value), str(e.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,value,allowed", [
     ("TORCH_USE_MUSA_DOUBLE_CAST", "maybe", "true, on"),
     ("MCCL_CHECK_COLLECTIVES", "xyz", "first, all"),
@@ -229,6 +230,7 @@ def test_python_m_torch_musa_config(capsys):
 
 # Issue 35, item 15: a max_split_size_mb whose size in bytes no int64 holds reached the C++
 # binding as a pybind TypeError at import; the configuration refuses it, naming the range.
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["1234567890123456789012345", "8796093022208"])
 def test_max_split_size_mb_beyond_int64_is_a_configuration_error(subpython, value):
     spec = f"max_split_size_mb:{value}"
@@ -246,6 +248,7 @@ def test_max_split_size_mb_beyond_int64_is_a_configuration_error(subpython, valu
             runtime.load({"PYTORCH_MUSA_ALLOC_CONF": f"roundup_power2_divisions:{divisions}"})
 
 
+@pytest.mark.slow
 def test_largest_max_split_size_mb_allocates(subpython):
     r = subpython("import torch; print(float(torch.ones(1000, device='musa').sum()))",
                   {"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:8796093022207"})
@@ -254,6 +257,7 @@ def test_largest_max_split_size_mb_allocates(subpython):
 
 # Issue 35, item 16: the allocator's limit is capacity x fraction in a double, so the documented
 # maximum 2^63-1 became 2^63 (no int64) and every allocation failed; the maximum is now 2^62.
+@pytest.mark.slow
 @pytest.mark.requires_host_driver("TORCH_MUSA_DEVICE_MEMORY sets the host driver's capacity; "
                                   "the cuda driver's is the GPU's")
 def test_the_largest_device_memory_works(subpython):
@@ -268,6 +272,7 @@ def test_the_largest_device_memory_works(subpython):
 
 # Issue 35, item 17: an op log directory that is a file, or cannot be created, failed the import
 # with a bare FileExistsError; the error names TORCH_MUSA_OP_DEBUG_DIR.
+@pytest.mark.slow
 @pytest.mark.parametrize("where,why", [("file", "exists and is not a directory"),
                                        ("file/sub", "is not a directory")])
 def test_op_debug_dir_that_cannot_be_a_directory(subpython, tmp_path, where, why):
@@ -302,6 +307,7 @@ AUTOLOAD_USE = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env,name", [
     ({"TORCH_MUSA_FALLBACK": "loud"}, "TORCH_MUSA_FALLBACK"),
     ({"PYTORCH_MUSA_ALLOC_CONF": "max_split_size_mb:8796093022208"}, "PYTORCH_MUSA_ALLOC_CONF"),
@@ -315,6 +321,7 @@ def test_a_bad_value_does_not_fail_import_torch(subpython, env, name):
         r.stdout + r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_musa_loads_once_the_environment_is_fixed(subpython):
     r = subpython("""
         import os, warnings

@@ -120,6 +120,7 @@ def test_host_memory_stats_follow_pinned_allocations():
     assert torch.musa.host_memory_stats()["allocated_bytes.allocated"] == 0
 
 
+@pytest.mark.slow
 def test_host_memory_stats_count_pinning_before_any_musa_call(subpython):
     """Memory pinned before musa is initialised (pin_memory() does not initialise it) is
     counted: host_memory_stats() returned {} until the first musa call."""

@@ -20,6 +20,7 @@ on_cuda = pytest.mark.skipif(CONFIG.driver != "cuda",
                              reason="needs TORCH_MUSA_DRIVER=cuda and a GPU (scripts/gpu_run.sh)")
 
 
+@pytest.mark.slow
 def test_driver_choice(subpython):
     r = subpython("import torch_musa", env={"TORCH_MUSA_DRIVER": "tpu"})
     assert r.returncode != 0

@@ -198,6 +198,7 @@ def test_registered_thread_state_reaches_the_replicas():
     assert [r[1] for r in replicas] == [None, None]
 
 
+@pytest.mark.slow
 def test_no_warnings_from_a_training_step(subpython):
     """torch.nn.parallel.comm's 'not compiled with NCCL support' warning is noise on
     musa (musa tensors never take its NCCL path): a plain step prints nothing. In a

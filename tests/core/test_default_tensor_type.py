@@ -135,6 +135,7 @@ def test_integer_types_raise_as_the_cpu(name):
         torch.set_default_tensor_type([1])
 
 
+@pytest.mark.slow
 def test_deprecation_warning_as_torch_gives(subpython):
     """TORCH_WARN_ONCE: the same warning, once per process, from either kind of type."""
     code = """
@@ -326,6 +327,7 @@ def test_fairscale_style_layer():
     assert layer.weight.grad.device.type == "musa"
 
 
+@pytest.mark.slow
 def test_cuda_names_under_the_compat_layer(subpython):
     name, dtype = ("BFloat16Tensor", "bfloat16") if _supported(torch.bfloat16) else \
         ("HalfTensor", "float16")

@@ -141,6 +141,7 @@ def test_properties_carry_every_cuda_field():
     assert len({(p.pci_domain_id, p.pci_bus_id, p.pci_device_id) for p in props}) == len(props)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile,name,cap,mem,bf16", [
     ("s80", "MTT S80", (2, 1), 16 << 30, False),
     ("S4000", "MTT S4000", (2, 2), 48 << 30, True),
@@ -159,11 +160,13 @@ def test_profiles_are_selected_by_environment(subpython, profile, name, cap, mem
     assert r.stdout.strip() == f"{name} {cap} {mem} {bf16}"
 
 
+@pytest.mark.slow
 def test_unknown_profile_is_a_clear_error(subpython):
     r = subpython("import torch_musa", {"TORCH_MUSA_PROFILE": "rtx4090"})
     assert r.returncode != 0 and "not a known hardware profile" in r.stderr and "s80" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver(
     "selects the s80 profile, which only the host driver models; the GPU lacks no dtype")
 def test_dtype_the_profile_lacks_raises_naming_the_profile(subpython):
@@ -196,6 +199,7 @@ _NONE = pytest.mark.requires_host_driver("no device visible: the host driver run
                                          "driver cannot start without a GPU")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,count", [pytest.param("1", 1, marks=_TWO), pytest.param("1,0", 2, marks=_TWO),
                                         ("0,5,1", 1), pytest.param("", 0, marks=_NONE),
                                         pytest.param("-1", 0, marks=_NONE)])

@@ -1,6 +1,7 @@
 """Forking after musa was used: a clear error in the child; spawn works."""
 import multiprocessing as mp
 
+import pytest
 import torch
 
 
@@ -37,6 +38,7 @@ def test_touching_musa_in_a_forked_child_raises():
         assert "Cannot re-initialize MUSA in forked subprocess" in msg and "spawn" in msg
 
 
+@pytest.mark.slow
 def test_spawn_works():
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

@@ -431,6 +431,7 @@ def test_replay_matches_eager_for_common_ops(name):
             torch.testing.assert_close(out, OPS[name](x, i, mods))
 
 
+@pytest.mark.slow
 def test_cuda_names_capture_on_musa_under_cuda_compat(subpython):
     """TORCH_MUSA_CUDA_COMPAT=1: CUDA code's torch.cuda.CUDAGraph / graph / make_graphed_callables
     capture and replay musa work."""

@@ -47,6 +47,7 @@ def test_a_host_read_waits_for_the_queued_work(read):
     assert s.query()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pinned", [False, True])
 def test_a_non_blocking_copy_does_not_wait(pinned):
     x = torch.arange(4.0, device="musa")
@@ -65,6 +66,7 @@ def test_a_non_blocking_copy_does_not_wait(pinned):
         torch.musa.synchronize()
 
 
+@pytest.mark.slow
 def test_work_on_another_stream_does_not_hold_a_read_back():
     x = torch.arange(4.0, device="musa")
     torch.musa.synchronize()
@@ -80,6 +82,7 @@ def test_work_on_another_stream_does_not_hold_a_read_back():
         torch.musa.synchronize()
 
 
+@pytest.mark.slow
 def test_a_device_to_device_copy_does_not_wait():
     x = torch.arange(4.0, device="musa")
     torch.musa.synchronize()

@@ -52,6 +52,7 @@ def spawn():
         assert p.exitcode == 0, f"child exited with {p.exitcode}"
 
 
+@pytest.mark.slow
 def test_writes_visible_both_ways(spawn):
     ctx, start = spawn
     inbox, outbox = ctx.Queue(), ctx.Queue()
@@ -72,6 +73,7 @@ def test_writes_visible_both_ways(spawn):
     inbox.put("bye")
 
 
+@pytest.mark.slow
 def test_received_view_outlives_sender_reference(spawn):
     ctx, start = spawn
     outbox, inbox = ctx.Queue(), ctx.Queue()

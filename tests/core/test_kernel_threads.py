@@ -11,6 +11,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 HOST_ONLY = pytest.mark.requires_host_driver(
     "the thread count is the host kernels': the cuda driver's kernels run on the GPU")
 

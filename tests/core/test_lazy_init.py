@@ -7,6 +7,7 @@ import pytest
 import torch
 
 
+@pytest.mark.slow
 def test_fresh_process_is_uninitialised_until_first_use(subpython):
     r = subpython("""
         import torch, torch_musa
@@ -25,6 +26,7 @@ def test_flag_is_what_checkpoint_reads():
     assert getattr(_get_device_module("musa"), "_initialized", False) is True
 
 
+@pytest.mark.slow
 def test_seeds_queued_before_init_apply_last_one_wins(subpython):
     r = subpython("""
         import torch, torch_musa
@@ -41,6 +43,7 @@ def test_seeds_queued_before_init_apply_last_one_wins(subpython):
     assert r.stdout.split() == ["True", "False"]
 
 
+@pytest.mark.slow
 def test_a_failing_queued_call_names_where_it_was_queued(subpython):
     r = subpython("""
         import torch, torch_musa
@@ -61,6 +64,7 @@ def test_a_failing_queued_call_names_where_it_was_queued(subpython):
     assert out[3] == "2.0"
 
 
+@pytest.mark.slow
 def test_concurrent_first_use_initialises_once(subpython):
     r = subpython("""
         import threading, torch, torch_musa
@@ -79,6 +83,7 @@ def test_concurrent_first_use_initialises_once(subpython):
     assert r.stdout.split() == ["1", "True"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sync", ["torch.musa.synchronize()", "torch.accelerator.synchronize()"])
 def test_synchronize_waits_before_the_first_tensor(subpython, sync):
     # A busy stream in a process that has made no tensor yet: synchronize must wait.

@@ -72,6 +72,7 @@ def test_extension_names_load_on_first_use():
     assert torch_musa.MUSAExtension is musa_extension.MUSAExtension
 
 
+@pytest.mark.slow
 def test_importing_torch_musa_does_not_load_setuptools():
     import subprocess
     code = "import sys, torch_musa; print('torch.utils.cpp_extension' in sys.modules)"

@@ -118,6 +118,7 @@ def test_out_of_memory_names_sizes_and_device_recovers():
     assert torch.empty(40 * MiB, dtype=torch.uint8, device="musa:1").numel() == 40 * MiB  # other device unaffected
 
 
+@pytest.mark.slow
 def test_oom_inside_a_kernel_is_the_same_error(subpython):
     # A fresh process: the cap is 16 MiB above what it holds, whatever earlier tests left.
     r = subpython(f"""
@@ -135,6 +136,7 @@ def test_oom_inside_a_kernel_is_the_same_error(subpython):
     assert "OOM OutOfMemoryError" in r.stdout and f"{float(3 * MiB)} 8.0" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver("device memory is not host memory on a GPU")
 def test_capacity_beyond_host_memory_is_refused_before_the_host_runs_out(subpython):
     r = subpython("""
@@ -178,6 +180,7 @@ def test_snapshot_mem_get_info_and_summary():
     assert "Non-releasable memory" in text and "Oversize allocations" in text
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver(
     "checks the host allocator's options; under the cuda driver PYTORCH_MUSA_ALLOC_CONF goes to the "
     "CUDA allocator, whose options (expandable_segments among them) are valid there")

@@ -162,6 +162,7 @@ def allocator_so(tmp_path_factory):
     return str(d / "alloc.so")
 
 
+@pytest.mark.slow
 @HOST
 def test_pluggable_allocator_serves_all_musa_memory(subpython, allocator_so):
     r = subpython(f"""
@@ -188,6 +189,7 @@ def test_pluggable_allocator_serves_all_musa_memory(subpython, allocator_so):
                                         "swap refused"]
 
 
+@pytest.mark.slow
 @HOST
 def test_change_current_allocator_after_use_is_refused(subpython, allocator_so):
     r = subpython(f"""

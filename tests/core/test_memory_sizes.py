@@ -113,14 +113,17 @@ def _in_a_fresh_process(run, body):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_small_blocks_share_a_segment_and_merge_back(subpython):
     _in_a_fresh_process(subpython, "_small_blocks_share_a_segment_and_merge_back")
 
 
+@pytest.mark.slow
 def test_large_blocks_split_and_reuse_the_rest(subpython):
     _in_a_fresh_process(subpython, "_large_blocks_split_and_reuse_the_rest")
 
 
+@pytest.mark.slow
 @HOST
 def test_three_330_mib_tensors_fit_in_1_gib_and_900_mib_counts_900(subpython):
     # CUDA's figures: a 330 MiB request takes a 330 MiB segment (2 MiB rounding), so
@@ -143,6 +146,7 @@ def test_three_330_mib_tensors_fit_in_1_gib_and_900_mib_counts_900(subpython):
     assert r.stdout.split() == ["990", "990", "oom", "900", "990"]
 
 
+@pytest.mark.slow
 @HOST
 def test_max_split_size_keeps_big_blocks_whole(subpython):
     r = subpython("""
@@ -192,6 +196,7 @@ def test_roundup_power2_divisions(alloc_conf, conf):
     del x, y
 
 
+@pytest.mark.slow
 @HOST
 def test_garbage_collection_threshold_frees_cached_blocks_first(subpython):
     r = subpython("""
@@ -263,6 +268,7 @@ def test_allocator_settings_reach_cpp_from_one_function():
                       and isinstance(node.value, ast.Name) and node.value.id == "_C"})
     assert callers == ["_runtime.py"]
 
+@pytest.mark.slow
 @HOST
 def test_alloc_conf_error_stops_the_import(subpython):
     r = subpython("import torch_musa", {"PYTORCH_MUSA_ALLOC_CONF": "expandable_segments:True"})

@@ -42,6 +42,7 @@ _GUARD_WAIT = pytest.mark.requires_host_driver(
     "the cuda driver's guard waits in CUDA's synchronize, which does not return on a signal")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["device", "stream", "event"] + [
     pytest.param(w, marks=_GUARD_WAIT)
     for w in ("accelerator", "torch.Stream", "torch.Event", "c10 stream", "item")])
@@ -90,6 +91,7 @@ def test_generic_synchronize_still_waits_for_the_work():
         assert time.perf_counter() - t0 > 0.1 and s.query() and e.query()
 
 
+@pytest.mark.slow
 def test_sigint_in_a_thread_other_than_main_does_not_break_its_wait(subpython):
     """Python runs signal handlers only in the main thread: a wait in another thread runs
     to its end, and the main thread's KeyboardInterrupt arrives as usual."""

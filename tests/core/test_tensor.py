@@ -96,6 +96,7 @@ def test_storage_and_type_helpers():
     assert hasattr(torch.profiler.ProfilerActivity, "MUSA")
 
 
+@pytest.mark.slow
 def test_autoload_registers_musa_on_import_torch(subpython):
     r = subpython("import torch; print(torch.ones(1, device='musa').device)")
     assert r.returncode == 0, r.stderr

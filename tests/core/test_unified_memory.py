@@ -62,6 +62,7 @@ def test_torch_load_onto_musa_copies_nothing(tmp_path):
     assert COUNTED * 4 * MiB <= grown <= COUNTED * (4 * MiB + 8192)  # the checkpoint's bytes, once
 
 
+@pytest.mark.slow
 def test_alloc_conf_cpu_unified_from_the_start(subpython):
     r = subpython("""
         import torch, torch_musa

@@ -18,6 +18,8 @@ import pytest
 
 from torch_musa.config import CONFIG
 
+pytestmark = pytest.mark.slow
+
 OPS_CPP = r"""
 #include <torch/extension.h>
 

@@ -11,6 +11,8 @@ import torch
 
 import torch_musa  # noqa: F401
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "cpp")
 

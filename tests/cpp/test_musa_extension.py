@@ -60,6 +60,7 @@ def ext(tmp_path_factory):
                                       build_directory=str(tmp_path_factory.mktemp("ext")))
 
 
+@pytest.mark.slow
 @pytest.mark.requires_devices(2)
 def test_guarded_custom_op_runs_on_musa1_with_its_device_and_stream(ext):
     assert ext.device_count() == torch.musa.device_count()

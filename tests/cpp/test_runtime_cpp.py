@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 from torch.utils.cpp_extension import load
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "torch_musa" / "csrc"
 # The bottom layers only: the driver, the device/stream state, the allocators.

@@ -35,6 +35,7 @@ def test_bindings_link_against_the_library():
     assert "$ORIGIN/lib" in dynamic
 
 
+@pytest.mark.slow
 def test_loading_the_library_registers_the_device(subpython):
     # torch alone (no torch_musa import, no autoload), then the library by path:
     # the device, its kernels and the fallback come from its initializers. (Python's

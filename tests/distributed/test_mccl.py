@@ -114,6 +114,7 @@ def test_engine_choice(monkeypatch):
         mccl.engine(1, "mpi")
 
 
+@pytest.mark.slow
 def test_a_work_only_cpp_holds_outlives_its_python_object(subpython):
     """The functional collectives' registry holds a Work in C++ only. After the Python
     side has dropped it, and hundreds of other works and garbage collections later,
@@ -183,6 +184,7 @@ def test_held_work_answers_cpp_and_python_alike():
         mccl_C._set_future_error(torch.futures.Future(), 3)
 
 
+@pytest.mark.slow
 def test_works_pending_at_exit_do_not_abort_the_process(subpython):
     """Async works still queued on Gloo's threads when the process exits: their
     completion runs in C++ there. A Python callback (as the kernels once chained)
@@ -315,44 +317,52 @@ def test_hot_collectives_run_no_python_of_ours():
 
 
 # --------------------------------------------------------------------------- 2 and 3 processes
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
 def test_collectives_2(name):
     """2 processes: C++ kernels for the hot collectives, Python ones for the rest."""
     _check("collectives+init+ddp", 2, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
 def test_collectives_3(name):
     """3 processes (an odd group: uneven splits, a non-power-of-two ring)."""
     _check("collectives", 3, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COLLECTIVE_CHECKS)
 def test_collectives_2_staged(name):
     """2 processes with every Gloo call staged through host copies, C++ and Python kernels."""
     _check("collectives", 2, name, env=STAGED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["init_device_id", "init_cpu_gloo_musa_mccl", "init_env"])
 def test_init_variants(name):
     _check("collectives+init+ddp", 2, name)
 
 
+@pytest.mark.slow
 def test_ddp_matches_single_process():
     """2 processes with half the batch each == 1 process with the full batch."""
     _check("collectives+init+ddp", 2, "ddp_parity")
 
 
+@pytest.mark.slow
 def test_sync_batch_norm():
     """nn.SyncBatchNorm over mccl on 2 ranks (unequal halves) == BatchNorm on the whole batch,
     forward, backward and running statistics (the musa kernels: torch_musa/ops/sync_batch_norm.py)."""
     _check("collectives+init+ddp", 2, "sync_batch_norm")
 
 
+@pytest.mark.slow
 def test_functional_collectives():
     _check("fsdp2", 2, "functional_collectives")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["functional_collectives", "fsdp2_parity"])
 def test_fsdp2_staged(name):
     """Staged Gloo (as under the cuda driver): the functional collectives' work registry
@@ -361,12 +371,14 @@ def test_fsdp2_staged(name):
     _check("fsdp2", 2, name, env=STAGED)
 
 
+@pytest.mark.slow
 def test_fsdp2_tiny_transformer():
     """fully_shard on a 2-layer transformer LM, 2 processes == 1 process, full batch."""
     _check("fsdp2", 2, "fsdp2_parity")
 
 
 # --------------------------------------------------------------------------- faults
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fault_broadcast", "fault_all_reduce"])
 def test_peer_dies_or_stalls(name):
     """Rank 1 skips a broadcast, then exits: rank 0 raises within the timeout, naming the op."""
@@ -374,6 +386,7 @@ def test_peer_dies_or_stalls(name):
     assert "mccl " + name.split("_", 1)[1] in results[0][name + "_msg"]
 
 
+@pytest.mark.slow
 def test_peer_never_joins():
     results = _check("lonely", 2, "fault_never_joins", ranks=[0])
     assert "1/2" in results[0]["fault_never_joins_msg"]
@@ -384,6 +397,7 @@ P2P_PEER_CHECKS = ["p2p_send_outside", "p2p_recv_outside", "p2p_isend_outside", 
 P2P_SUBGROUP_CHECKS = ["p2p_subgroup_global_outside", "p2p_subgroup_group_dst", "p2p_subgroup_p2pop"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", P2P_PEER_CHECKS + P2P_SUBGROUP_CHECKS)
 def test_p2p_invalid_peer(name):
     """send/recv/isend/irecv/P2POp naming a rank outside the group, or the own rank (Gloo
@@ -399,6 +413,7 @@ MISMATCH_CHECKS = ["mismatch_shape", "mismatch_dtype", "mismatch_reshape", "mism
                    "mismatch_verified_once"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MISMATCH_CHECKS)
 def test_mismatch_across_ranks_by_default(name):
     """No setting needed: different shapes/dtypes/collectives across ranks raise on every rank,
@@ -409,6 +424,7 @@ def test_mismatch_across_ranks_by_default(name):
 STALLED_CHECKS = ["stalled_all_reduce", "stalled_async_broadcast", "stalled_python_kernel_new"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("name", STALLED_CHECKS)
 def test_mismatch_with_a_verified_call(name, world):
@@ -419,11 +435,13 @@ def test_mismatch_with_a_verified_call(name, world):
     _check("stalled", world, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", STALLED_CHECKS[:1])
 def test_mismatch_with_a_verified_call_staged(name):
     _check("stalled", 2, name, env=STAGED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mismatch_shape", "mismatch_dtype", "mismatch_then_ok"])
 def test_mismatch_across_ranks_check_all(name):
     """MCCL_CHECK_COLLECTIVES=all: PyTorch's ProcessGroupWrapper checks every call."""

@@ -117,6 +117,7 @@ def test_every_opinfo_pair_cuda_has_and_the_cpu_lacks_runs_or_is_listed():
     assert "nn.functional.rrelu" in listed and any(n.startswith("fft.") for n in listed)
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver("the simulated profiles are the host driver's")
 def test_the_profile_holds_for_these_ops(subpython):
     """On the S80: bfloat16 and float64 are refused as by every other op; float64 computes

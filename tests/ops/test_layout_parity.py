@@ -44,6 +44,7 @@ def test_known_mismatches_have_reasons():
     assert all(isinstance(r, str) and len(r) > 40 for r in layout_sweep.KNOWN.values())
 
 
+@pytest.mark.slow
 def test_musa_layouts_match_cpu_and_meta(results):
     ran = {r.op for r in results if r.samples}
     assert {"nn.functional.scaled_dot_product_attention", "_upsample_bilinear2d_aa",

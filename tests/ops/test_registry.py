@@ -134,6 +134,7 @@ def test_coverage_says_what_the_profile_refuses_and_for_which_ops():
         assert name not in cov["profile_refuses"]
 
 
+@pytest.mark.slow
 def test_fallback_error_mode(subpython):
     r = subpython("""
         import torch, torch_musa
@@ -147,6 +148,7 @@ def test_fallback_error_mode(subpython):
     assert "4.0" in r.stdout and "ERR aten::i0" in r.stdout and "TORCH_MUSA_FALLBACK=error" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.requires_profile("s4000", reason="expects the S4000 profile name in the report")
 def test_coverage_cli_json(subpython):
     r = subpython("import sys; from torch_musa.ops.__main__ import main; sys.exit(main(['--json', '-']))")
@@ -176,6 +178,7 @@ def test_double_cast_computes_in_float32_and_keeps_float64():
         registry.set_double_cast(None)  # back to following TORCH_USE_MUSA_DOUBLE_CAST
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["cnn", "transformer"])
 def test_double_cast_training_with_double_models(subpython, kind):
     r = subpython(f"""
@@ -214,6 +217,7 @@ def test_op_debug_levels_and_filters(tmp_path):
         op_debug.OpDebugLogger(1, out_dir=tmp_path, allow=["a"], deny=["b"])
 
 
+@pytest.mark.slow
 def test_op_debug_from_environment(subpython, tmp_path):
     r = subpython("""
         import torch, torch_musa

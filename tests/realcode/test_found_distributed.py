@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 DTENSOR_RANDOM_INIT = r'''
 import torch, torch_musa, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh

@@ -64,6 +64,7 @@ print(torch.get_autocast_dtype("cuda"))
 '''
 
 
+@pytest.mark.slow
 def test_compat_device_less_autocast_queries_answer_for_musa(subpython):
     """CUDA code asks ``torch.is_autocast_enabled()`` without a device (older
     transformers' attention upcasts, apex, xformers): under the compat layer the
@@ -91,6 +92,7 @@ print(torch.get_num_threads(), seen["cpu"], seen["musa"])
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver(
     "the thread count is the host kernels' (csrc/aten/kernel_threads.h): the cuda driver's "
     "kernels run on the GPU")

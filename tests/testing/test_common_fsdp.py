@@ -4,12 +4,15 @@ compares FSDP2 modules with their replicated twins, and a failing rank fails the
 import copy
 import unittest
 
+import pytest
 import torch
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 from torch_musa.testing.common_fsdp import (FSDPTest, check_sharded_parity, run_subtests,  # noqa: F401
                                             skip_if_lt_x_gpu)
+
+pytestmark = pytest.mark.slow
 
 
 class TestFSDPParity(FSDPTest):

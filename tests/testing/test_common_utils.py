@@ -45,6 +45,7 @@ def _child(queue):
     queue.put(testing.gen_ip_port())
 
 
+@pytest.mark.slow
 def test_gen_ip_port_same_in_spawned_ranks(monkeypatch):
     monkeypatch.delenv(decorators._PORT_ENV, raising=False)
     host, port = testing.gen_ip_port()

@@ -52,6 +52,7 @@ print(json.dumps(res))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver("the MTT cards' profile dtype tables, which only the host driver models")
 def test_other_profiles():
     """s80 (arch 21: no bf16, no fp64) and s5000 (arch 31: both), in fresh interpreters

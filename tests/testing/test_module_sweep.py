@@ -54,6 +54,7 @@ def test_every_expected_failure_names_a_module_dtype_checks_and_reason():
             assert isinstance(entry["reason"], str) and len(entry["reason"]) > 20, (module, dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver("the list is the host driver's: dropout modules draw the CPU's "
                                   "masks there, and float32 results are the CPU kernels' bits")
 def test_sampled_sweep_passes_or_fails_as_listed(results):

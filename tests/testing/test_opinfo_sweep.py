@@ -32,6 +32,7 @@ def test_every_expected_failure_has_a_reason():
             assert isinstance(reason, str) and len(reason) > 10, (op, dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.requires_host_driver(
     "its expected-failures file is the S4000 host driver's; GPU kernels fail other pairs (cuDNN has "
     "no int64 convolution)")

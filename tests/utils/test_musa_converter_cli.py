@@ -159,6 +159,7 @@ def test_parallel_equals_serial(tmp_path):
         assert read(tmp_path / "a" / f"m{i}.py") == read(tmp_path / "b" / f"m{i}.py") == GOOD_OUT * (i + 1)
 
 
+@pytest.mark.slow
 def test_module_entry_point(tree):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]

@@ -89,6 +89,7 @@ def test_converted_ddp_example_is_ported(converted):
         assert want in text, want
 
 
+@pytest.mark.slow
 @pytest.mark.requires_devices(2)
 def test_converted_ddp_example_trains_on_musa_like_cpu(converted):
     args = ["--world-size", "2", *STEPS]

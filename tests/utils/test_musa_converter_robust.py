@@ -155,6 +155,7 @@ def _converted(root):
     return sorted(p.name for p in root.iterdir() if "musa" in p.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_signal_stops_workers_and_writes_a_partial_report(tmp_path, sig):
@@ -182,6 +183,7 @@ def test_signal_stops_workers_and_writes_a_partial_report(tmp_path, sig):
     assert [p.name for p in root.iterdir() if not p.name.endswith(".py")] == []   # no temp file left
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_end_when_the_parent_is_killed(tmp_path):
     import signal
@@ -232,6 +234,7 @@ def _mixed(n):
     return "".join(_MIXED.format(i=i) for i in range(n))
 
 
+@pytest.mark.slow
 def test_blocks_and_fast_path_equal_one_libcst_pass(monkeypatch):
     from torch_musa.cuda_mapping import load_table
     from torch_musa.utils.musa_converter import python_rewriter as pr
@@ -266,6 +269,7 @@ def _measure(path):
     return float(cpu), int(rss_kb) / 1024, int(n)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_big_files_take_linear_time_and_memory(tmp_path):
     """A rewrite on every line, and one 20,000-entry literal (quadratic

@@ -358,6 +358,7 @@ def test_prose_check_never_calls_python_prose(code, prose):
             __import__("ast").parse(code)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_dense_file_is_fast(tmp_path):
     """20,000 lines with a rewrite and a comment on every line: 0.46 ms a
