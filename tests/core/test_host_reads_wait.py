@@ -8,6 +8,8 @@ import time
 import pytest
 import torch
 
+from torch_musa.config import CONFIG
+
 HZ = None
 
 
@@ -31,8 +33,9 @@ READS = {
 
 
 @pytest.mark.parametrize("read", [
-    pytest.param(r, marks=pytest.mark.requires_host_driver(
-        "CUDA's nonzero reads its count back without waiting for the whole stream"))
+    pytest.param(r, marks=pytest.mark.skipif(
+        CONFIG.driver != "host", reason="CUDA's nonzero reads its count back on a copy that may "
+        "or may not wait for the whole stream (both seen on an H100): nothing to assert"))
     if r == "nonzero" else r for r in READS])
 def test_a_host_read_waits_for_the_queued_work(read):
     x = torch.arange(4.0, device="musa")
