@@ -187,3 +187,19 @@ def test_custom_backup_dir_inside_root_is_not_converted(tree):
     assert cli.main(["-r", str(tree), "--backup-dir", str(bk), "-q"]) == 0
     assert read(bk / "train.py") == GOOD          # the backup itself was left alone
     assert read(bk / "more.py") == GOOD and read(tree / "more.py") == GOOD_OUT
+
+
+def test_a_process_with_threads_spawns_its_workers():
+    """A fork copies locks other threads hold; a forked worker once hung the whole run."""
+    import threading
+
+    from torch_musa.utils.musa_converter import engine
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert engine._start_method() == "spawn"
+    finally:
+        stop.set()
+        t.join()

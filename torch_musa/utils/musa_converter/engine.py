@@ -306,6 +306,21 @@ def _init_pool_worker(ctx: dict, parent: int) -> None:
 _PR_SET_PDEATHSIG = 1
 
 
+def _start_method() -> str | None:
+    """fork where the process has one thread (the musa-converter command): workers start at
+    once. A process with other threads (the converter called from a library, a test run, a
+    notebook) spawns them: a fork copies locks another thread held, and a worker that needs
+    one waits forever (seen once in five test runs). Spawned workers are children of this
+    process too, so the parent check in _init_pool_worker holds."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = threading.active_count()
+    if threads == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return "fork"
+    return "spawn"
+
+
 def _watch_parent(parent: int) -> None:
     if _HAS_SIGMASK:   # let the main thread take the signal (it may be mid-write)
         signal.pthread_sigmask(signal.SIG_BLOCK, _GUARDED)
@@ -744,8 +759,7 @@ def run(opts: Options) -> RunResult:
                     if bar:
                         bar.update(1)
             else:
-                method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-                mp = multiprocessing.get_context(method)
+                mp = multiprocessing.get_context(_start_method())
                 chunk = max(1, min(16, len(jobs) // (n * 16)))
                 with mp.Pool(n, initializer=_init_pool_worker, initargs=(ctx, os.getpid())) as pool:
                     for r in pool.imap_unordered(process_file, jobs, chunksize=chunk):
