@@ -8,7 +8,7 @@ import torch
 
 from torch_musa import testing
 
-FLOATS = [d for d in testing.get_all_support_types() if d.is_floating_point]
+FLOATS = [d for d in testing.get_profile_support_types() if d.is_floating_point]
 
 
 def _args(dtype, **tensors):

@@ -21,19 +21,21 @@ def test_arch_and_lists_follow_the_profile():
     assert testing.get_musa_arch() == PROFILE.arch
     assert testing.get_musa_arch() == 10 * torch.musa.get_device_capability()[0] + \
         torch.musa.get_device_capability()[1]
-    for dtypes in (testing.get_all_support_types(), testing.get_all_support_types_withfp(),
-                   testing.get_all_support_types_withfp16(), testing.get_all_types(),
+    for dtypes in (testing.get_profile_support_types(),
+                   testing.get_profile_support_types_withfp16(), testing.get_all_types(),
                    testing.get_float_types()):
         assert not set(dtypes) & set(PROFILE.unsupported_dtypes())
-    assert torch.float16 in testing.get_all_support_types_withfp()
-    assert (torch.float64 in testing.get_all_support_types()) == PROFILE.supports_fp64
+    assert torch.float16 in testing.get_profile_support_types_withfp16()
+    assert (torch.float64 in testing.get_profile_support_types()) == PROFILE.supports_fp64
+    assert (torch.bfloat16 in testing.get_profile_support_types_withfp16()) == \
+        PROFILE.supports_bf16
     assert (torch.bfloat16 in testing.get_float_types()) == PROFILE.supports_bf16
 
 
 _PROBE = """
 import json, torch, torch_musa
 from torch_musa import testing as T
-res = {"arch": T.get_musa_arch(), "all": [str(d) for d in T.get_all_support_types()],
+res = {"arch": T.get_musa_arch(), "all": [str(d) for d in T.get_profile_support_types()],
        "float": [str(d) for d in T.get_float_types()],
        "types": [str(d) for d in T.get_all_types()]}
 x = torch.randn(4)
@@ -50,6 +52,25 @@ except T.UnsupportedDtypeError as e:
     res["bf16_vs_fp32"] = str(e)
 print(json.dumps(res))
 """
+
+
+def test_support_type_lists_are_upstreams_fixed_lists():
+    """The real torch_musa's lists, the same on every profile: its tests build a
+    ``value`` scalar from each non-float32 entry (addcmul), so float64 must not be there."""
+    assert testing.get_all_support_types() == [torch.float32, torch.int32, torch.int64]
+    assert testing.get_all_support_types_withfp16() == [
+        torch.float16, torch.float32, torch.int32, torch.int64]
+    assert testing.get_all_support_types_withfp() == testing.get_all_support_types_withfp16()
+
+
+def test_addcmul_written_against_the_fixed_list():
+    """The pattern of upstream's addcmul tests: float32 gets a float ``value``, every
+    other entry is an integer dtype, whose ``value`` is an int."""
+    for dtype in testing.get_all_support_types():
+        value = 0.5 if dtype == torch.float32 else 2
+        a, b, c = (torch.randint(-3, 3, (4, 5)).to(dtype) for _ in range(3))
+        OpTest(func=torch.addcmul, input_args={"input": a, "tensor1": b, "tensor2": c,
+                                               "value": value}).check_result()
 
 
 @pytest.mark.slow

@@ -17,7 +17,9 @@ A failing comparison raises AssertionError naming the op, the dtype, the result
 (output, gradient, out= tensor, input modified in place), how many elements
 differ, the worst one (index, both values, absolute and relative error) and the
 tolerance. ``TOLERANCES`` is the package's one per-dtype tolerance policy. Dtype
-lists follow the hardware profile (``TORCH_MUSA_PROFILE``);
+lists keep the real torch_musa's meaning (``get_all_support_types()`` is
+float32, int32, int64 everywhere); ``get_profile_support_types*`` follow the
+hardware profile (``TORCH_MUSA_PROFILE``);
 asking for a dtype the profile lacks raises ``UnsupportedDtypeError``.
 """
 from .comparators import (
@@ -50,6 +52,8 @@ from .dtypes import (
     get_all_types,
     get_float_types,
     get_musa_arch,
+    get_profile_support_types,
+    get_profile_support_types_withfp16,
     get_raw_data,
     require_dtype,
 )
@@ -62,7 +66,8 @@ __all__ = [
     "RelDiffComparator", "QuantizedComparator",
     "assert_close", "assert_allclose",
     "get_raw_data", "get_all_support_types", "get_all_support_types_withfp",
-    "get_all_support_types_withfp16", "get_all_types", "get_float_types", "get_musa_arch",
+    "get_all_support_types_withfp16", "get_profile_support_types",
+    "get_profile_support_types_withfp16", "get_all_types", "get_float_types", "get_musa_arch",
     "dtype_supported", "require_dtype", "UnsupportedDtypeError", "TOLERANCES",
     "tolerance", "double_cast_active",
     "test_on_nonzero_card_if_multiple_musa_device", "skip_if_not_multiple_musa_device",

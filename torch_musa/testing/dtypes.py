@@ -1,8 +1,9 @@
-"""Dtype lists that follow the selected hardware profile.
+"""Dtype lists: the real torch_musa's fixed ones, and ones that follow the
+selected hardware profile (``get_profile_support_types*``).
 
 The profile (``TORCH_MUSA_PROFILE``) decides which dtypes the device can
-compute in: s80 has neither bfloat16 nor float64 (s4000 and s5000 have both). The lists
-below leave out what the profile lacks, so a test parametrized over them runs
+compute in: s80 has neither bfloat16 nor float64 (s4000 and s5000 have both). The
+profile-aware lists leave out what the profile lacks, so a test parametrized over them runs
 everywhere; asking for such a dtype explicitly raises
 :class:`UnsupportedDtypeError` naming the profile.
 """
@@ -20,6 +21,8 @@ __all__ = [
     "get_all_support_types",
     "get_all_support_types_withfp16",
     "get_all_support_types_withfp",
+    "get_profile_support_types",
+    "get_profile_support_types_withfp16",
     "get_all_types",
     "get_float_types",
     "get_raw_data",
@@ -84,17 +87,32 @@ def _supported(dtypes):
 
 
 def get_all_support_types() -> list[torch.dtype]:
-    """float32, int32, int64, plus float64 where the profile has it."""
-    return _supported([torch.float32, torch.float64, torch.int32, torch.int64])
+    """The real torch_musa's fixed list: float32, int32, int64 (on every profile).
+
+    Tests are written against exactly these three (a test that builds a
+    ``value`` scalar from each non-float32 entry relies on no float64 here);
+    :func:`get_profile_support_types` adds float64 where the profile has it."""
+    return [torch.float32, torch.int32, torch.int64]
 
 
 def get_all_support_types_withfp16() -> list[torch.dtype]:
-    """:func:`get_all_support_types` plus float16 and (where supported) bfloat16."""
-    return _supported([torch.float16, torch.bfloat16]) + get_all_support_types()
+    """The real torch_musa's fixed list: float16, float32, int32, int64."""
+    return [torch.float16] + get_all_support_types()
 
 
-#: The same list under its shorter name.
+#: The same list under a shorter name (this package's own).
 get_all_support_types_withfp = get_all_support_types_withfp16
+
+
+def get_profile_support_types() -> list[torch.dtype]:
+    """float32, int32, int64, plus float64 where the hardware profile has it."""
+    return _supported([torch.float32, torch.float64, torch.int32, torch.int64])
+
+
+def get_profile_support_types_withfp16() -> list[torch.dtype]:
+    """:func:`get_profile_support_types` plus float16 and, where the profile has
+    it, bfloat16."""
+    return _supported([torch.float16, torch.bfloat16]) + get_profile_support_types()
 
 
 def get_float_types() -> list[torch.dtype]:
