@@ -102,6 +102,8 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     idx = _get_device_index(device, optional=True)
     if not isinstance(fraction, float):
         raise TypeError("Invalid type for fraction argument, must be `float`")
+    if not 0 <= fraction <= 1:  # torch.cuda's check and words (a ValueError, before the allocator)
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     _lazy._lazy_init()
     _C._set_memory_fraction(fraction, idx)
 
