@@ -4,21 +4,19 @@
 hardware profile without float64 (s80) refuses. On musa the reciprocal
 runs in float64 only where the profile has it, else in float32
 (torch_musa.core.grad_scaling). ``install()`` applies the same rule to
-``torch.amp.GradScaler("musa")``.
+``torch.amp.GradScaler("musa")``. The class itself lives at the real
+torch_musa's path, ``torch_musa.core.amp.grad_scaler``.
 """
 from __future__ import annotations
 
 import torch
 from torch.amp.grad_scaler import GradScaler as _TorchGradScaler
 
-from torch_musa.core.grad_scaling import unscale_grads
+from torch_musa.core.amp.grad_scaler import GradScaler, OptState, _musa_unscale_
+
+__all__ = ["GradScaler", "OptState", "install"]
 
 _original_unscale = _TorchGradScaler.unscale_
-
-
-def _musa_unscale_(self, optimizer) -> None:
-    if self._enabled:
-        unscale_grads(self, optimizer, allow_fp16=False, found_inf_shape=())
 
 
 def _unscale_(self, optimizer) -> None:
@@ -29,32 +27,6 @@ def _unscale_(self, optimizer) -> None:
 
 
 _unscale_.__doc__ = _original_unscale.__doc__
-
-
-class GradScaler(_TorchGradScaler):
-    """``torch.musa.amp.GradScaler``: ``torch.amp.GradScaler`` on the musa device.
-
-    Same arguments as ``torch.cuda.amp.GradScaler``.
-    """
-
-    def __init__(
-        self,
-        init_scale: float = 2.0**16,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        growth_interval: int = 2000,
-        enabled: bool = True,
-    ) -> None:
-        super().__init__(
-            "musa",
-            init_scale=init_scale,
-            growth_factor=growth_factor,
-            backoff_factor=backoff_factor,
-            growth_interval=growth_interval,
-            enabled=enabled,
-        )
-
-    unscale_ = _musa_unscale_
 
 
 def install() -> None:

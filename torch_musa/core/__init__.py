@@ -1,4 +1,5 @@
 """``torch.musa``: the device module, a mirror of ``torch.cuda``."""
+import sys as _sys
 from pathlib import Path as _Path
 
 import torch as _torch
@@ -164,6 +165,12 @@ def _is_compiled() -> bool:
     """Whether the C++ runtime (torch_musa._C) is loaded and serving the configured driver,
     as ``torch.cuda._is_compiled()`` says whether torch was built with CUDA."""
     return _serves_configured_driver()
+
+
+# The real torch_musa's binding module is torch_musa._MUSAC (torch.musa._MUSAC too);
+# here it is torch_musa._C, so both names, and `from torch_musa._MUSAC import ...`, mean it.
+_MUSAC = _C
+_sys.modules.setdefault("torch_musa._MUSAC", _C)
 
 
 # Names of torch.musa that live in layers above it, registered by the package root as
