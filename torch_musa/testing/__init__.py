@@ -32,6 +32,7 @@ from .comparators import (
     assert_allclose,
     assert_close,
 )
+from .base_test_tool import _complex_cpu_to_musa_adjust, _complex_musa_to_cpu_adjust
 from .common_utils import assert_equal, cpu_and_musa, freeze_rng_state, get_cycles_per_ms, needs_musa
 from .compile import CompileCounter
 from .decorators import (
