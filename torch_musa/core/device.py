@@ -252,8 +252,19 @@ def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:
     """Whether ``device`` can access ``peer_device``'s memory directly. The host driver's
     devices all live in host RAM, so any two distinct ones can; under the cuda driver
     CUDA answers. A device is never its own peer (CUDA answers False there too)."""
-    a = _get_device_index(device, optional=True)
-    b = _get_device_index(peer_device, optional=True)
-    for index in (a, b):
-        _C._check_device(index)  # IndexError naming the valid range
+    a = _peer_index(device, "device id")
+    b = _peer_index(peer_device, "peer device id")
     return _CARD.can_access_peer(a, b)
+
+
+def _peer_index(device: _device_t, what: str) -> int:
+    try:
+        return _get_device_index(device, optional=True)  # IndexError naming the valid range
+    except IndexError as e:
+        # torch.cuda's (and the real torch_musa's) AssertionError words, with the range.
+        raise _InvalidDeviceId(str(e).replace("Invalid device", f"Invalid {what}", 1)) from None
+
+
+class _InvalidDeviceId(AssertionError, IndexError):
+    """A device index out of range where torch.cuda raises ``AssertionError("Invalid device id")``
+    (can_device_access_peer); still the IndexError this project raises for a bad index."""
