@@ -47,3 +47,41 @@ def test_musac_is_the_binding_module():
     assert torch.musa._MUSAC is _C
     assert torch_musa._MUSAC is _C
     assert importlib.import_module("torch_musa._MUSAC") is _C
+
+
+def test_dynamo_device_interface():
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    import torch_musa._dynamo as musa_dynamo
+    from torch_musa._inductor.device_interface import MusaInterface
+
+    assert musa_dynamo.MusaInterface is MusaInterface
+    assert get_interface_for_device("musa") is MusaInterface
+    assert dict(musa_dynamo.get_registered_device_interfaces())["musa"] is MusaInterface
+
+
+def test_aoti_loaders_refuse_musa_and_delegate_cpu(monkeypatch, tmp_path):
+    import torch._export
+    import torch._inductor.package
+
+    from torch_musa._export import aot_load
+    from torch_musa._inductor.aoti import UNSUPPORTED
+    from torch_musa._inductor.package import load_package
+
+    for device in ("musa", "musa:0"):
+        with pytest.raises(RuntimeError) as err:
+            load_package(str(tmp_path / "m.pt2"), device)
+        assert str(err.value) == UNSUPPORTED
+        with pytest.raises(RuntimeError) as err:
+            aot_load(str(tmp_path / "m.so"), device)
+        assert str(err.value) == UNSUPPORTED
+    with pytest.raises(RuntimeError, match="Unsupported device xpu"):
+        load_package(str(tmp_path / "m.pt2"), "xpu")
+    with pytest.raises(RuntimeError, match="Unable to load .so"):
+        load_package(str(tmp_path / "m.so"), "cpu")
+    calls = []
+    monkeypatch.setattr(torch._inductor.package, "load_package", lambda p: calls.append(("pkg", p)) or "runner")
+    monkeypatch.setattr(torch._export, "aot_load", lambda p, d: calls.append(("so", p, d)) or "runner")
+    assert load_package("m.pt2", "cpu") == "runner"
+    assert aot_load("m.so", "cpu") == "runner"
+    assert calls == [("pkg", "m.pt2"), ("so", "m.so", "cpu")]
