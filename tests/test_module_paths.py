@@ -85,3 +85,21 @@ def test_aoti_loaders_refuse_musa_and_delegate_cpu(monkeypatch, tmp_path):
     assert load_package("m.pt2", "cpu") == "runner"
     assert aot_load("m.so", "cpu") == "runner"
     assert calls == [("pkg", "m.pt2"), ("so", "m.so", "cpu")]
+
+
+def test_multi_tensor_applier_calls_the_op_in_chunks():
+    from torch_musa.multi_tensor_apply import MultiTensorApply, multi_tensor_applier
+    from torch_musa.optim import FusedLAMB
+
+    assert multi_tensor_applier.available and multi_tensor_applier.chunk_size == 2048 * 32
+    flag = torch.zeros(1, dtype=torch.int, device="musa")
+    lists = [[torch.ones(3, device="musa"), torch.ones(2, device="musa")]]
+
+    def scale_(chunk_size, noop, tensor_lists, factor):
+        assert chunk_size == 4 and noop is flag
+        torch._foreach_mul_(tensor_lists[0], factor)
+        return "done"
+
+    assert MultiTensorApply(4)(scale_, flag, lists, 2.0) == "done"
+    assert all(bool((t.cpu() == 2).all()) for t in lists[0])
+    assert FusedLAMB.__module__.startswith("torch_musa.optim")
