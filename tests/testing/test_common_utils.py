@@ -46,6 +46,24 @@ def _child(queue):
 
 
 @pytest.mark.slow
+def test_gen_ip_port_same_in_sibling_ranks_when_the_parent_never_asked(monkeypatch):
+    """upstream's test_dist pattern: only the spawned ranks call gen_ip_port, each
+    on its own; they must still meet on one port (each drawing its own hangs)."""
+    monkeypatch.delenv(decorators._PORT_ENV, raising=False)
+    monkeypatch.setattr(decorators, "_chosen", "")
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(queue,)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+    assert got[0] == got[1] and int(got[0][1]) > 0
+    assert decorators._PORT_ENV not in os.environ  # the parent's own choice is untouched
+
+
+@pytest.mark.slow
 def test_gen_ip_port_same_in_spawned_ranks(monkeypatch):
     monkeypatch.delenv(decorators._PORT_ENV, raising=False)
     host, port = testing.gen_ip_port()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 
 import torch
@@ -67,6 +68,44 @@ _PORT_ENV = "TORCH_MUSA_TESTING_RENDEZVOUS"
 _chosen = ""  # this process's own choice, in the same form
 
 
+def _process_start(pid: int) -> str:
+    """The start time (clock ticks since boot) of process ``pid``, so that a reused
+    pid names another file; "" where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _sibling_choice() -> tuple[str, str]:
+    """One (host, port) for all the processes started by this one's parent: the first
+    to ask picks a free port and writes it down, under a lock, and the others read it."""
+    import fcntl
+    import tempfile
+
+    ppid = os.getppid()
+    folder = os.path.join(tempfile.gettempdir(), f"torch_musa_rendezvous_{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{ppid}-{_process_start(ppid)}")
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.seek(0)
+            text = f.read().strip()
+            if text.count(":") == 1 and text.split(":")[1].isdigit():
+                host, port = text.split(":")
+                return host, port
+            host, port = "127.0.0.1", str(free_port_block())
+            f.seek(0)
+            f.truncate()
+            f.write(f"{host}:{port}\n")
+            f.flush()
+            return host, port
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def gen_ip_port() -> tuple[str, str]:
     """A (host, port) pair, as strings, for a local rendezvous, the same in every
     process spawned from this one (as the real torch_musa's, whose pair is fixed for
@@ -86,6 +125,14 @@ def gen_ip_port() -> tuple[str, str]:
         if _bindable(int(port)):
             os.environ[_PORT_ENV] = saved  # (again) for the processes spawned from here
             return host, port
+    elif multiprocessing.parent_process() is not None:
+        # a rank started by mp.spawn/Process whose parent never asked: the ranks are
+        # siblings and each calls this on its own, so they agree through a file
+        # named after their common parent (the real torch_musa's pair is the same
+        # for a few minutes; each rank choosing its own port hangs the rendezvous)
+        host, port = _sibling_choice()
+        _chosen = os.environ[_PORT_ENV] = f"{host}:{port}:{os.getppid()}"
+        return host, port
     host, port = "127.0.0.1", str(free_port_block())
     _chosen = os.environ[_PORT_ENV] = f"{host}:{port}:{os.getpid()}"
     return host, port
