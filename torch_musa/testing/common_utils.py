@@ -15,7 +15,8 @@ try:
 except ImportError:  # pragma: no cover - plain unittest
     pytest = None
 
-__all__ = ["get_cycles_per_ms", "freeze_rng_state", "cpu_and_musa", "needs_musa", "assert_equal"]
+__all__ = ["get_cycles_per_ms", "freeze_rng_state", "cpu_and_musa", "needs_musa", "assert_equal",
+           "spawn_isolated_test"]
 
 
 @functools.lru_cache
@@ -65,3 +66,71 @@ def needs_musa(test_func):
 def assert_equal(actual, expected, **kwargs) -> None:
     """``torch.testing.assert_close`` with no tolerance (values must be identical)."""
     torch.testing.assert_close(actual, expected, rtol=0, atol=0, **kwargs)
+
+
+def spawn_isolated_test(fn):
+    """Run each call of the test ``fn`` in a fresh Python interpreter (the real
+    torch_musa's decorator, for tests whose process state must not leak into others).
+
+    The child imports ``fn``'s module (by name, else from its file, with this
+    process's ``sys.path``) and calls the undecorated function with the same
+    (picklable) arguments; a failure there raises ``RuntimeError`` carrying the
+    child's stderr. Put it above ``pytest.mark.parametrize``::
+
+        @spawn_isolated_test
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_foo(n): ...
+    """
+    import inspect
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    try:
+        source_file = inspect.getfile(fn)
+    except TypeError:
+        source_file = None
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs) -> None:
+        payload = pickle.dumps({"module": fn.__module__, "qualname": fn.__qualname__,
+                                "file": source_file, "sys_path": list(sys.path),
+                                "args": args, "kwargs": kwargs})
+        proc = subprocess.run([sys.executable, "-m", "torch_musa.testing.common_utils"],
+                              input=payload, capture_output=True, env=os.environ.copy())
+        if proc.returncode != 0:
+            raise RuntimeError("[Error raised in subprocess]:\n"
+                               + proc.stderr.decode(errors="replace"))
+
+    wrapper._isolated_fn = fn
+    return wrapper
+
+
+def _run_isolated() -> None:
+    """The child side of :func:`spawn_isolated_test`: payload on stdin."""
+    import importlib
+    import importlib.util
+    import pickle
+    import sys
+
+    job = pickle.loads(sys.stdin.buffer.read())
+    sys.path[:] = job["sys_path"]
+    try:
+        module = importlib.import_module(job["module"])
+    except ImportError:
+        if not job["file"]:
+            raise
+        spec = importlib.util.spec_from_file_location(job["module"], job["file"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[job["module"]] = module
+        spec.loader.exec_module(module)
+    obj = module
+    for part in job["qualname"].split("."):
+        obj = getattr(obj, part)
+    obj = getattr(obj, "_isolated_fn", obj)
+    obj(*job["args"], **job["kwargs"])
+
+
+if __name__ == "__main__":
+    _run_isolated()
