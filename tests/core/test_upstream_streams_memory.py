@@ -32,3 +32,48 @@ def test_peer_access_with_a_bad_index_is_torch_cudas_assertion_error():
     with pytest.raises(IndexError, match="^Invalid device id musa:100"):
         torch.musa.can_device_access_peer(100, 0)
     assert torch.musa.can_device_access_peer(0, 0) is False
+
+
+def test_a_stream_repr_is_the_real_torch_musas():
+    # torch_musa/core/stream.py upstream: f"torch_musa.Stream device={self.device} musa_stream={self.musa_stream:#x}"
+    s = torch.musa.current_stream()
+    assert repr(s) == f"torch_musa.Stream device=musa:0 musa_stream={s.musa_stream:#x}"
+    side = torch.musa.Stream()
+    assert repr(side) == f"torch_musa.Stream device=musa:0 musa_stream={side.musa_stream:#x}"
+
+
+def test_a_new_event_has_no_device_until_recorded():
+    # CUDAEvent::device() is empty until the event is created at its first record,
+    # so torch.cuda.Event().device is None; the real torch_musa's MUSAEvent likewise.
+    e = torch.musa.Event()
+    assert e.device is None
+    assert repr(e) == "<torch_musa.Event uninitialized>"
+    e.record()
+    assert e.device == torch.device("musa", 0)
+    assert e.musa_event != 0 and repr(e) == f"<torch_musa.Event {e.musa_event:#x}>"
+    assert torch.musa.current_stream().record_event().device == torch.device("musa", 0)
+
+
+@pytest.mark.requires_devices(2)
+def test_an_event_takes_the_device_of_the_stream_that_records_it():
+    e = torch.musa.Event()
+    e.record(torch.musa.current_stream(1))
+    assert e.device == torch.device("musa", 1)
+
+
+@pytest.mark.requires_devices(2)
+def test_elapsed_time_between_events_of_two_devices_raises():
+    # cudaEventElapsedTime refuses events of two devices (torch's
+    # test_events_multi_gpu_elapsed_time expects a RuntimeError); say which devices.
+    e0, e1 = torch.musa.Event(enable_timing=True), torch.musa.Event(enable_timing=True)
+    e0.record(torch.musa.current_stream(0))
+    e1.record(torch.musa.current_stream(1))
+    torch.musa.synchronize(0)
+    torch.musa.synchronize(1)
+    for a, b in ((e0, e1), (e1, e0)):
+        with pytest.raises(RuntimeError, match=r"different devices \(musa:\d and musa:\d\)"):
+            a.elapsed_time(b)
+    same = torch.musa.Event(enable_timing=True)
+    same.record(torch.musa.current_stream(1))
+    same.synchronize()
+    assert e1.elapsed_time(same) >= 0

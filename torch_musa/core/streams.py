@@ -60,7 +60,8 @@ class Stream(torch.Stream):
         return _C._stream_handle(self.device_index, self.stream_id)
 
     def __repr__(self) -> str:
-        return f"<torch.musa.Stream device={self.device} musa_stream=0x{self.musa_stream:x}>"
+        # The real torch_musa's text, word for word (torch.cuda's is "<torch.cuda.Stream ...>").
+        return f"torch_musa.Stream device={self.device} musa_stream={self.musa_stream:#x}"
 
 
 class ExternalStream(Stream):
@@ -119,21 +120,36 @@ class Event:
     def elapsed_time(self, end_event: "Event | torch.Event") -> float:
         """Milliseconds between this event and ``end_event`` (both recorded, timing on)."""
         other = end_event._event if isinstance(end_event, Event) else end_event
+        if self.event_id and other.event_id and self._event.device != other.device:
+            # cudaEventElapsedTime refuses too (invalid resource handle); name the devices.
+            raise RuntimeError(
+                f"elapsed_time: the events were recorded on different devices ({self._event.device} "
+                f"and {other.device}); only events of one device can be timed against each other")
         return self._event.elapsed_time(other)
 
     @property
-    def device(self) -> torch.device:
-        return self._event.device
+    def device(self) -> torch.device | None:
+        """The device of the stream that recorded the event; None until the first record
+        (torch.cuda.Event's, whose event is created then)."""
+        return self._event.device if self.event_id else None
 
     @property
     def event_id(self) -> int:
+        return self._event.event_id
+
+    @property
+    def musa_event(self) -> int:
+        """The event's handle (its ``event_id``); 0 until the first record (torch.cuda's ``cuda_event``)."""
         return self._event.event_id
 
     def ipc_handle(self):
         raise NotImplementedError("musa events cannot be shared between processes on the host driver")
 
     def __repr__(self) -> str:
-        return f"<torch.musa.Event id=0x{self.event_id:x}>"
+        # The real torch_musa's (and, with its name, torch.cuda's) text.
+        if self.musa_event:
+            return f"<torch_musa.Event {self.musa_event:#x}>"
+        return "<torch_musa.Event uninitialized>"
 
 
 def _wrap(s: torch.Stream) -> Stream:
