@@ -77,3 +77,22 @@ def test_elapsed_time_between_events_of_two_devices_raises():
     same.record(torch.musa.current_stream(1))
     same.synchronize()
     assert e1.elapsed_time(same) >= 0
+
+
+def test_musart_host_register_answers_as_the_runtime():
+    # cudaHostRegister / cudaHostUnregister (the musa runtime's are the same API):
+    # success once, cudaErrorHostMemoryAlreadyRegistered (712) for a range already
+    # registered, cudaErrorHostMemoryNotRegistered (713) for a pointer that is not.
+    rt = torch.musa.musart()
+    t = torch.ones(20)
+    ptr, size = t.data_ptr(), t.numel() * t.element_size()
+    assert rt.musaHostRegister(ptr, size, 0) == 0
+    try:
+        assert int(rt.musaHostRegister(ptr, size, 0)) == 712
+        assert int(rt.musaHostRegister(ptr + 16, 8, 0)) == 712  # inside the registered range
+        assert rt.musaGetErrorString(712) == "part or all of the requested memory range is already mapped"
+    finally:
+        assert rt.musaHostUnregister(ptr) == 0
+    assert int(rt.musaHostUnregister(ptr)) == 713
+    assert rt.musaGetErrorString(713) == "pointer does not correspond to a registered memory region"
+    assert int(rt.musaHostRegister(0, size, 0)) == 1 and int(rt.musaHostRegister(ptr, 0, 0)) == 1

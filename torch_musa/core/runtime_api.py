@@ -83,6 +83,8 @@ class _MusaErrorCode(enum.IntEnum):
     initializationError = 3
     invalidDevice = 101
     notReady = 600
+    hostMemoryAlreadyRegistered = 712
+    hostMemoryNotRegistered = 713
     notSupported = 801
 
 
@@ -107,6 +109,8 @@ _ERROR_TEXT = {
     3: "initialization error",
     101: "invalid device ordinal",
     600: "device not ready",
+    712: "part or all of the requested memory range is already mapped",
+    713: "pointer does not correspond to a registered memory region",
     801: "operation not supported",
 }
 
@@ -130,13 +134,30 @@ class _HostMusart:
     def musaProfilerStop() -> _MusaErrorCode:  # noqa: N802
         return _MusaErrorCode.success
 
-    @staticmethod
-    def musaHostRegister(ptr: int, size: int, flags: int) -> _MusaErrorCode:  # noqa: N802
-        return _MusaErrorCode.success if ptr and size > 0 else _MusaErrorCode.invalidValue
+    # The registered ranges (start -> size), so that the answers are the runtime's:
+    # a range overlapping a registered one is already registered, and only a
+    # registered start can be unregistered.
+    _registered: dict[int, int] = {}
+    _registered_lock = threading.Lock()
 
-    @staticmethod
-    def musaHostUnregister(ptr: int) -> _MusaErrorCode:  # noqa: N802
-        return _MusaErrorCode.success if ptr else _MusaErrorCode.invalidValue
+    @classmethod
+    def musaHostRegister(cls, ptr: int, size: int, flags: int) -> _MusaErrorCode:  # noqa: N802
+        if not ptr or size <= 0:
+            return _MusaErrorCode.invalidValue
+        with cls._registered_lock:
+            if any(start < ptr + size and ptr < start + n for start, n in cls._registered.items()):
+                return _MusaErrorCode.hostMemoryAlreadyRegistered
+            cls._registered[int(ptr)] = int(size)
+        return _MusaErrorCode.success
+
+    @classmethod
+    def musaHostUnregister(cls, ptr: int) -> _MusaErrorCode:  # noqa: N802
+        if not ptr:
+            return _MusaErrorCode.invalidValue
+        with cls._registered_lock:
+            if cls._registered.pop(int(ptr), None) is None:
+                return _MusaErrorCode.hostMemoryNotRegistered
+        return _MusaErrorCode.success
 
     @staticmethod
     def musaMemGetInfo(device: int) -> tuple[int, int]:  # noqa: N802
