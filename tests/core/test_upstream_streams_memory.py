@@ -96,3 +96,19 @@ def test_musart_host_register_answers_as_the_runtime():
     assert int(rt.musaHostUnregister(ptr)) == 713
     assert rt.musaGetErrorString(713) == "pointer does not correspond to a registered memory region"
     assert int(rt.musaHostRegister(0, size, 0)) == 1 and int(rt.musaHostRegister(ptr, 0, 0)) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA restores cuda storages itself here")
+def test_loading_cuda_storages_without_cuda_points_to_musa():
+    # The real torch_musa replaces torch's message for cuda locations on a machine without
+    # CUDA with one that names map_location=torch.device('musa').
+    want = ("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. "
+            "If you are running on a MUSA enabled machine, please use torch.load with "
+            "map_location=torch.device('musa') or map_location=torch.device('cpu') "
+            "to map your storages to the MUSA or CPU.")
+    for location in ("cuda", "cuda:0", "cuda:1"):
+        with pytest.raises(RuntimeError) as info:
+            torch.serialization.default_restore_location(torch.UntypedStorage(4), location)
+        assert str(info.value) == want
+    restored = torch.serialization.default_restore_location(torch.UntypedStorage(4), "musa:0")
+    assert restored.device == torch.device("musa", 0)

@@ -49,5 +49,22 @@ def _tag(obj):
     return None  # PyTorch's PrivateUse1 tagger names musa storages ("musa:0")
 
 
+# Ahead of PyTorch's CUDA entry (priority 20), for cuda locations only.
+_CUDA_PRIORITY = 16
+
+
+def _refuse_cuda_without_cuda(obj, location: str):
+    """A cuda storage on a machine without CUDA: the real torch_musa's message, which
+    names musa as the place to map it (PyTorch's names only the CPU)."""
+    if isinstance(location, str) and location.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            "Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. "
+            "If you are running on a MUSA enabled machine, please use torch.load with "
+            "map_location=torch.device('musa') or map_location=torch.device('cpu') "
+            "to map your storages to the MUSA or CPU.")
+    return None
+
+
 def install() -> None:
     _serialization.register_package(_PRIORITY, _tag, _restore)
+    _serialization.register_package(_CUDA_PRIORITY, _tag, _refuse_cuda_without_cuda)
