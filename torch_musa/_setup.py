@@ -19,6 +19,7 @@ from torch_musa.ops import dtype_policy as _dtype_policy
 from torch_musa.ops import fallback_routes as _fallback_routes
 from torch_musa.ops import kernels as _kernels
 from torch_musa.ops import registry as _registry
+from torch_musa.ops import vendor as _vendor
 
 torch._register_device_module("musa", _musa_module)
 
@@ -40,6 +41,7 @@ _C._set_dtype_exempt_ops(sorted(_dtype_policy.DTYPE_AGNOSTIC_OPS))
 _fallback_routes.install()
 _registry.register_customized()
 _kernels.install()  # musa_functions.yaml's Python kernels (RNN cells, half upcasts, histc, ...)
+_vendor.install()  # the real torch_musa's additions: torch.gated_silu, F.swish_glu, F.rope, nn.RoPE
 _registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
