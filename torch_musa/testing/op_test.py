@@ -200,7 +200,7 @@ class OpTest:
                 leaves.append((name, out))
             return out
         if isinstance(x, torch.nn.Module):
-            m = copy.deepcopy(x)
+            m = _deepcopy_module(x)
             self._convert_module(m, device, dtype, round_to)
             return m
         if isinstance(x, dict):
@@ -228,7 +228,7 @@ class OpTest:
                 self._convert_module(inst, device, dtype, round_to)
             return inst
         if isinstance(func, torch.nn.Module):
-            inst = copy.deepcopy(func)
+            inst = _deepcopy_module(func)
             self._convert_module(inst, device, dtype, round_to)
             return inst
         return func
@@ -305,10 +305,7 @@ class OpTest:
                 raise ValueError(f"check with test_out=True for op {_op_name(func)} needs an "
                                  f"'out' entry in input_args")
             out_before = [(t.data_ptr(), tuple(t.shape)) for t in _tensors(out_arg)]
-            if "self" in kw and (inspect.ismethoddescriptor(func) or inspect.isbuiltin(func)):
-                kw = dict(kw)
-                pos = (kw.pop("self"),) + tuple(pos)  # Tensor methods take self positionally
-            result = func(*pos, **kw)
+            result = _call_with_self(func, pos, kw)
             for name, (t, ptr, _) in watched.items():
                 if t.data_ptr() != ptr:
                     raise AssertionError(
@@ -596,7 +593,7 @@ class OpTest:
         conv = {k: self._convert(v, "cpu", dtype, None, {}, k, [], k) for k, v in args.items()}
         self_tensor = conv.pop(self_key)
         check = InplaceOpChek(name, self_tensor, conv, comparators=self._comparators)
-        check.check_address()
+        check.check_returns_self()
         musa_self = check.check_res(cpu_to_fp32=cpu_to_fp32)
         if not _is_inplace_func(self._func) and func_name is None:
             functional = self._run_musa(None, dtype=dtype)
@@ -643,6 +640,38 @@ class OpTest:
                                      f"{m.grad_fn} but on CPU {c.grad_fn}")
 
 
+def _deepcopy_module(module: torch.nn.Module) -> torch.nn.Module:
+    """``copy.deepcopy(module)`` that also copies a module holding computed tensors:
+    ``torch.nn.utils.weight_norm`` keeps ``weight`` as a plain attribute recomputed
+    from ``weight_g``/``weight_v`` by a forward pre-hook, a non-leaf that the tensor
+    deepcopy protocol refuses. Such attributes are copied detached; the hook
+    recomputes them on the copy's next forward."""
+    memo: dict = {}
+    for sub in module.modules():
+        for value in vars(sub).values():
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                memo[id(value)] = value.detach().clone()
+    return copy.deepcopy(module, memo)
+
+
+def _call_with_self(func, pos, kw):
+    """Call ``func(*pos, **kw)`` as upstream does (every input a keyword). Some
+    overloads name their first parameter ``self`` (``torch.searchsorted(sorted_sequence,
+    self=<Scalar>)``), so ``self`` stays a keyword for builtins; Tensor methods (and a
+    builtin whose signature has no ``self`` keyword, e.g. ``torch.add(self=...)``)
+    take it positionally instead."""
+    if "self" not in kw or not (inspect.ismethoddescriptor(func) or inspect.isbuiltin(func)):
+        return func(*pos, **kw)
+    positional = dict(kw)
+    positional_pos = (positional.pop("self"),) + tuple(pos)
+    if inspect.ismethoddescriptor(func):
+        return func(*positional_pos, **positional)
+    try:
+        return func(*pos, **kw)
+    except TypeError:  # argument parsing failed before anything ran
+        return func(*positional_pos, **positional)
+
+
 def _grad_or_zeros(t: torch.Tensor) -> torch.Tensor:
     return t.grad if t.grad is not None else torch.zeros_like(t)
 
@@ -668,8 +697,9 @@ class InplaceOpChek:
     """Check an in-place tensor method: ``self_tensor.<func_name>(**input_args)``.
 
     :meth:`check_address` — self and the other tensor arguments keep their
-    storage and the method returns ``self``; :meth:`check_res` — the values
-    of self (and of the arguments) match the CPU's.
+    storage (addresses only, as upstream's: what the method returns is not
+    checked; :meth:`check_returns_self` adds that); :meth:`check_res` — the
+    values of self (and of the arguments) match the CPU's.
     """
 
     def __init__(self, func_name: str, self_tensor, input_args: dict | None = None,
@@ -703,17 +733,25 @@ class InplaceOpChek:
         s, args = self._prepare("musa")
         ptr = s.data_ptr()
         arg_ptrs = {k: v.data_ptr() for k, v in args.items() if isinstance(v, torch.Tensor)}
-        ret = getattr(s, self._func_name)(**args)
+        getattr(s, self._func_name)(**args)
         name = f"Tensor.{self._func_name}"
         if s.data_ptr() != ptr:
             raise AssertionError(f"op {name}: self moved to new storage "
                                  f"({ptr:#x} -> {s.data_ptr():#x}); an in-place op must write "
                                  f"into self")
-        if ret is not s:
-            raise AssertionError(f"op {name} did not return self")
         for k, p in arg_ptrs.items():
             if args[k].data_ptr() != p:
                 raise AssertionError(f"op {name}: argument {k!r} moved to new storage")
+
+    def check_returns_self(self):
+        """:meth:`check_address`, and the method returns ``self`` (as PyTorch's in-place
+        methods do). Not part of upstream's check_address, which compares addresses only:
+        an in-place helper may return something else (None, a flag)."""
+        s, args = self._prepare("musa")
+        ret = getattr(s, self._func_name)(**args)
+        if ret is not s:
+            raise AssertionError(f"op Tensor.{self._func_name} did not return self")
+        self.check_address()
 
     def check_res(self, cpu_to_fp32=False):
         name = f"Tensor.{self._func_name}"
