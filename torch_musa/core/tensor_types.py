@@ -46,7 +46,42 @@ def make_types() -> dict[str, type]:
                                {"dtype": dtype, "is_musa": True})
            for name, dtype in _TYPES.items()}
     _install_default_tensor_type(out.values())
+    _install_type_strings()
     return out
+
+
+# ---------------------------------------------------------------------------
+# "torch_musa.FloatTensor": the real torch_musa patches torch's type-string parser
+# (torch/csrc/utils/tensor_types.cpp, options_from_string) so that a name under
+# "torch_musa." reads as the same name under "torch.musa." (sparse ones too), while
+# the names torch prints stay "torch.musa.*". torch's parser is C++; here the two
+# Python entry points that hand it a string, Tensor.type and
+# torch.set_default_tensor_type, translate the prefix first.
+# ---------------------------------------------------------------------------
+
+_ALIAS_PREFIX, _PREFIX = "torch_musa.", "torch.musa."
+
+
+def musa_type_name(name):
+    """``"torch_musa.X"`` as ``"torch.musa.X"``; anything else unchanged."""
+    if isinstance(name, str) and name.startswith(_ALIAS_PREFIX):
+        return _PREFIX + name[len(_ALIAS_PREFIX):]
+    return name
+
+
+def _install_type_strings() -> None:
+    orig = torch._C.TensorBase.type
+
+    def type(self, *args, **kwargs):  # noqa: A001  (Tensor.type, as torch names it)
+        if args:
+            args = (musa_type_name(args[0]), *args[1:])
+        elif "dtype" in kwargs:
+            kwargs["dtype"] = musa_type_name(kwargs["dtype"])
+        return orig(self, *args, **kwargs)
+
+    type.__doc__ = orig.__doc__
+    type.__wrapped__ = orig
+    torch.Tensor.type = type
 
 
 # ---------------------------------------------------------------------------
@@ -126,6 +161,7 @@ def _install_default_tensor_type(musa_types) -> None:
         orig = orig.__wrapped__
 
     def _set_default_tensor_type(t):
+        t = musa_type_name(t)
         if musa_types.get(id(t)) is not t:
             return orig(t)
         cpu = _cpu_twin(t)
