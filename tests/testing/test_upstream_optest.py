@@ -53,3 +53,32 @@ def test_module_with_weight_norm_is_deep_copied(rows):
            comparators=comparator).check_result(train=True)
     OpTest(func=module_cpu, input_args={"input": torch.randn(rows, 20)}).check_result(train=True)
     assert module_cpu.weight_g.device.type == "cpu"  # the user's module is left alone
+
+
+def test_direct_comparator_calls_promote_as_upstreams_rules():
+    # upstream: Boolean is torch.all(torch.eq(...)), AbsDiff/RelDiff subtract: both promote
+    ints, floats = torch.tensor([1, 2, 3]), torch.tensor([1.0, 2.0, 3.0])
+    assert testing.BooleanComparator()(ints, floats)
+    assert testing.BooleanComparator()(torch.tensor([True, False]), torch.tensor([1, 0]))
+    assert testing.AbsDiffComparator()(floats.double(), floats)
+    assert testing.RelDiffComparator()(floats.half(), floats)
+    assert not testing.BooleanComparator()(ints, floats + 1)
+    # upstream's DefaultComparator is torch.allclose, which refuses different dtypes
+    assert not testing.DefaultComparator()(floats.double(), floats)
+
+
+def test_optest_accepts_half_and_float_results_as_upstream():
+    # upstream's compare_res turns float16/bfloat16 into float32 before comparing
+    def half_on_musa(input):
+        return input.half() if input.device.type == "musa" else input
+
+    OpTest(func=half_on_musa, input_args={"input": torch.tensor([0.5, 1.0, 2.0])}
+           ).check_result()
+    OpTest(func=half_on_musa, input_args={"input": torch.tensor([0.5, 1.0, 2.0])}
+           ).compare_res([torch.ones(2).bfloat16()], [torch.ones(2)])
+
+    def double_on_musa(input):  # float64 vs float32 still differs upstream
+        return input.double() if input.device.type == "musa" else input
+
+    with pytest.raises(AssertionError, match="dtype mismatch"):
+        OpTest(func=double_on_musa, input_args={"input": torch.ones(3)}).check_result()

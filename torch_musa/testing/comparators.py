@@ -74,6 +74,11 @@ class Comparator:
 
     #: short description of the rule, shown in failure messages
     rule = ""
+    #: whether ``comparator(result, golden)`` requires equal dtypes. Upstream's
+    #: DefaultComparator/QuantizedComparator use ``torch.allclose``, which refuses
+    #: different dtypes; its Boolean/AbsDiff/RelDiff comparators use ``==`` and
+    #: subtraction, which promote, so a dtype difference passes on the values.
+    _call_checks_dtype = True
 
     def __init__(self):
         self._comparator: Optional[Callable] = None
@@ -83,8 +88,9 @@ class Comparator:
 
     # -- torch_musa API ---------------------------------------------------------------
     def __call__(self, result, golden) -> bool:
-        """True when ``result`` matches ``golden`` (shape, dtype and values)."""
-        return self.mismatch(result, golden) is None
+        """True when ``result`` matches ``golden`` (shape, dtype where the rule needs
+        one dtype, and values)."""
+        return self.mismatch(result, golden, check_dtype=self._call_checks_dtype) is None
 
     def get_tolerance(self):
         return self._atol, self._rtol, self._equal_nan
@@ -254,6 +260,8 @@ class DefaultComparator(Comparator):
 class AbsDiffComparator(Comparator):
     """``|result - golden| <= abs_diff`` element by element."""
 
+    _call_checks_dtype = False  # upstream's rule promotes dtypes
+
     def __init__(self, abs_diff: float = 1e-3, equal_nan: bool = False):
         super().__init__()
         self._atol, self._rtol, self._equal_nan = abs_diff, 0.0, equal_nan
@@ -267,6 +275,8 @@ class AbsDiffComparator(Comparator):
 
 class RelDiffComparator(Comparator):
     """``|result - golden| / |golden| <= rel_diff``; where golden is 0, result must be 0."""
+
+    _call_checks_dtype = False  # upstream's rule promotes dtypes
 
     def __init__(self, rel_diff: float = 1e-5, equal_nan: bool = False):
         super().__init__()
@@ -283,6 +293,8 @@ class RelDiffComparator(Comparator):
 
 class BooleanComparator(Comparator):
     """Exact equality (bool masks, indices, integer results)."""
+
+    _call_checks_dtype = False  # upstream's rule promotes dtypes
 
     def __init__(self, equal_nan: bool = False):
         super().__init__()
