@@ -4,6 +4,9 @@ What is registered, and where:
 
 * a dynamo device interface for ``"musa"`` (``device_interface.MusaInterface``),
   registered when ``torch._dynamo.device_interface`` is imported;
+* ``torch.musa.amp.autocast`` as one of dynamo's context managers
+  (``dynamo_autocast``), registered when
+  ``torch._dynamo.variables.torch`` is imported;
 * Inductor's backend for the ``"musa"`` device (``backend.register``): under the
   host driver, Inductor's C++/OpenMP CPU scheduling with a wrapper that allocates
   on the right musa device and calls the kernels as it calls CPU kernels (a musa
@@ -38,6 +41,12 @@ def _register_dynamo(_module=None) -> None:
     device_interface.register()
 
 
+def _register_dynamo_ctx(_module=None) -> None:
+    from torch_musa._inductor import dynamo_autocast
+
+    dynamo_autocast.register()
+
+
 def _register_inductor(_module=None) -> None:
     from torch_musa._inductor import backend
 
@@ -50,6 +59,8 @@ def _register_inductor(_module=None) -> None:
 # code generators the backend names can be imported without a cycle.
 _HOOKS: dict[str, Callable] = {
     "torch._dynamo.device_interface": _register_dynamo,
+    # dynamo's context-manager variables: torch.musa.amp.autocast traced as torch.cuda.amp's
+    "torch._dynamo.variables.torch": _register_dynamo_ctx,
     "torch._inductor.compile_fx": _register_inductor,
 }
 

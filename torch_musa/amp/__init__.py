@@ -33,12 +33,17 @@ class autocast(torch.amp.autocast):
     def __init__(self, enabled: bool = True, dtype: torch.dtype = torch.float16,
                  cache_enabled: bool = True):
         if enabled:
-            autocast_kernels._check_dtype(dtype)
-            if dtype not in (torch.float16, torch.bfloat16, torch.float32):
-                raise RuntimeError(
-                    f"musa autocast supports torch.float16, torch.bfloat16 and torch.float32, got {dtype}"
-                )
+            self._validate(dtype)
         super().__init__("musa", enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
+
+    @staticmethod
+    def _validate(dtype: torch.dtype) -> None:
+        """RuntimeError for a dtype musa autocast cannot use (also run by dynamo's tracing)."""
+        autocast_kernels._check_dtype(dtype)
+        if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise RuntimeError(
+                f"musa autocast supports torch.float16, torch.bfloat16 and torch.float32, got {dtype}"
+            )
 
     def __enter__(self):
         return super().__enter__()
