@@ -14,6 +14,7 @@ from torch_musa.core import backends as _backends
 from torch_musa.core import dlpack as _dlpack
 from torch_musa.core import jit as _jit
 from torch_musa.core import printing as _printing
+from torch_musa.core import profiler_utils as _profiler_utils
 from torch_musa.core import serialization as _serialization
 from torch_musa.ops import dtype_policy as _dtype_policy
 from torch_musa.ops import fallback_routes as _fallback_routes
@@ -49,6 +50,7 @@ _serialization.install()  # torch.load onto musa: storages of the saved size, no
 _musa_module.comm.install()  # torch.nn.parallel (DataParallel) across musa devices
 _jit.install()  # torch.jit.trace's check compares without the profile's missing dtypes
 _backends.install()  # torch.backends.musa and torch.backends.mudnn
+_profiler_utils.install()  # torch.profiler._utils.BasicEvaluation reads musa launches and kernels
 
 from torch_musa import amp as _amp
 from torch_musa import attention as _attention
