@@ -315,12 +315,12 @@ def summarize(per_file: dict, diffs: list[dict] = (), owners: dict | None = None
         cpu_pass = [k for k, r in d["results"]["cpu"].items() if r["outcome"] == "passed"]
         both = [k for k in cpu_pass if d["results"]["musa"].get(k, {}).get("outcome") == "passed"]
         # Tests a device decorator (onlyCPU, onlyNativeDeviceTypes, dtypesIfCPU...) skips on musa by design.
-        by_design = [k for k in cpu_pass if d["results"]["musa"].get(k, {}).get("outcome") == "skipped"
-                     and _BY_DESIGN.search(d["results"]["musa"][k].get("message", "") or "")]
+        by_design = {k for k in cpu_pass if d["results"]["musa"].get(k, {}).get("outcome") == "skipped"
+                     and _BY_DESIGN.search(d["results"]["musa"][k].get("message", "") or "")}
         # Differences a reason marks `owner: test`: the test expects the CPU's or CUDA's own
         # answer from every other device, which no third device gives (musa answers as CUDA).
         test_owned = [x for x in diffs if x["file"] == f and owners.get(x["known"]) == "test"
-                      and x["key"] not in set(by_design)]
+                      and x["key"] not in by_design]
         musa_part = len(cpu_pass) - len(by_design) - len(test_owned)
         rows.append({
             "file": f, "collected": d["collected"], "sampled": d["sampled"],
@@ -348,15 +348,16 @@ def write_reports(state: dict, out_dir: Path, stem: str) -> None:
     rows = summarize(state["files"], diffs, state.get("reason_owners"))
     tot_cpu = sum(r["cpu_passed"] for r in rows)
     tot_both = sum(r["musa_passed_of_cpu_passed"] for r in rows)
+    tot_design = sum(r["skipped_by_design"] for r in rows)
+    tot_owned = sum(r["test_owned"] for r in rows)
     state["summary"] = {
         "cpu_passed": tot_cpu, "musa_passed_of_cpu_passed": tot_both,
         "rate": tot_both / tot_cpu if tot_cpu else None,
-        "skipped_by_design": sum(r["skipped_by_design"] for r in rows),
-        "rate_runnable": (tot_both / (tot_cpu - sum(r["skipped_by_design"] for r in rows))
-                          if tot_cpu > sum(r["skipped_by_design"] for r in rows) else None),
-        "test_owned": sum(r["test_owned"] for r in rows),
-        "rate_musa_part": (tot_both / (tot_cpu - sum(r["skipped_by_design"] + r["test_owned"] for r in rows))
-                           if tot_cpu > sum(r["skipped_by_design"] + r["test_owned"] for r in rows) else None),
+        "skipped_by_design": tot_design,
+        "rate_runnable": tot_both / (tot_cpu - tot_design) if tot_cpu > tot_design else None,
+        "test_owned": tot_owned,
+        "rate_musa_part": (tot_both / (tot_cpu - tot_design - tot_owned)
+                           if tot_cpu > tot_design + tot_owned else None),
         "lowest_file_rate_musa_part": min((r["rate_musa_part"] for r in rows if r["rate_musa_part"] is not None),
                                           default=None),
         "differences": len(diffs),
