@@ -164,16 +164,48 @@ class _HostMusart:
         return torch.musa.mem_get_info(device)
 
 
+def _clear_cuda_last_error() -> None:
+    """Reset CUDA's last error, found in the libcudart this process already loaded."""
+    global _cuda_get_last_error
+    if _cuda_get_last_error is None:
+        import ctypes
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "libcudart" in line})
+        _cuda_get_last_error = ctypes.CDLL(paths[0]).cudaGetLastError if paths else (lambda: 0)
+    _cuda_get_last_error()
+
+
+_cuda_get_last_error: Any = None
+
+
 class _CudaMusart:
-    """CUDA's runtime module under musa's names (the cuda driver)."""
+    """CUDA's runtime module under musa's names (the cuda driver).
+
+    Error codes come back as values, as from the host driver's runtime: a failed call
+    also clears CUDA's last error, which PyTorch's next kernel-launch check would
+    otherwise raise from an unrelated operator. Error strings take plain ints too.
+    """
 
     def __init__(self, cudart):
         self._cudart = cudart
 
+    def musaGetErrorString(self, code) -> str:  # noqa: N802
+        return self._cudart.cudaGetErrorString(self._cudart.cudaError(int(code)))
+
     def __getattr__(self, name: str):
-        if name.startswith("musa"):
-            return getattr(self._cudart, "cuda" + name[4:])
-        raise AttributeError(f"the musa runtime API module has no attribute {name!r}")
+        if not name.startswith("musa"):
+            raise AttributeError(f"the musa runtime API module has no attribute {name!r}")
+        attr = getattr(self._cudart, "cuda" + name[4:])
+        if not callable(attr) or isinstance(attr, type):
+            return attr
+        error_type = self._cudart.cudaError
+
+        def call(*args, **kwargs):
+            res = attr(*args, **kwargs)
+            if isinstance(res, error_type) and res != error_type.success:
+                _clear_cuda_last_error()
+            return res
+        return call
 
 
 class _HostRuntime:
