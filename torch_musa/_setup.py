@@ -66,6 +66,10 @@ from torch_musa import _inductor
 
 _inductor.install()  # torch.compile's Inductor backend, registered when dynamo/Inductor load
 
+from torch_musa import integrations as _integrations
+
+_integrations.install()  # libraries with their own device lists (Hugging Face kernels), hooked on import
+
 try:  # profiler activity alias, as torch_musa spells it
     torch.profiler.ProfilerActivity.MUSA = torch.profiler.ProfilerActivity.PrivateUse1
 except (AttributeError, TypeError):
