@@ -1,0 +1,139 @@
+"""The op collector: every aten op the run dispatches to musa, below autograd
+(so the backward's ops too), with its dtypes, shapes, FLOPs (PyTorch's FLOP
+counter formulas), bytes moved and the user's line that caused it."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+from torch_musa.utils.doctor.frames import UserCode
+
+# Ops that only read or write the host's side of a host<->device copy.
+_COPIES = {"aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"}
+
+
+def _tensors(obj, out: list) -> None:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            _tensors(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _tensors(o, out)
+
+
+def _dtype_name(d: torch.dtype) -> str:
+    return str(d).replace("torch.", "")
+
+
+@dataclasses.dataclass
+class OpStats:
+    """One op's totals over the run."""
+    calls: int = 0
+    dtypes: set = dataclasses.field(default_factory=set)
+    largest_shape: tuple = ()
+    flops: int = 0
+    bytes: int = 0
+    sites: dict = dataclasses.field(default_factory=dict)   # (dtype, site) -> calls
+
+
+@dataclasses.dataclass
+class Call:
+    """One op call, as the roofline estimator needs it."""
+    op: str
+    dtype: str
+    flops: int
+    bytes: int
+    kind: str      # "matmul" (has a FLOP formula), "memory", "view" (no kernel), "transfer" (host<->device)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the musa ops dispatched while active; ``on_op`` callbacks run after each."""
+
+    def __init__(self, user: UserCode):
+        super().__init__()
+        self.user = user
+        self.stats: dict[str, OpStats] = {}
+        self.steps: list[list[Call]] = [[]]          # calls per step; the last is open
+        self.failure: dict | None = None
+        self.on_op: list[Callable[[str], None]] = []
+
+    def close_step(self) -> None:
+        self.steps.append([])
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        ins: list[torch.Tensor] = []
+        _tensors(args, ins)
+        _tensors(kwargs, ins)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException as e:
+            if any(t.device.type == "musa" for t in ins) and self.failure is None:
+                self.failure = {"op": self._name(func), "error": str(e).split("\n")[0][:500],
+                                "site": self.user.site(), "dtypes": sorted({_dtype_name(t.dtype) for t in ins}),
+                                "shapes": [list(t.shape) for t in ins[:4]]}
+            raise
+        outs: list[torch.Tensor] = []
+        _tensors(out, outs)
+        devices = {t.device.type for t in ins + outs}
+        if "musa" in devices:
+            self._record(func, args, kwargs, ins, outs, out, devices)
+        return out
+
+    @staticmethod
+    def _name(func) -> str:
+        overload = func._overloadname
+        return func._schema.name + ("" if overload == "default" else "." + overload)
+
+    def _record(self, func, args, kwargs, ins, outs, out, devices) -> None:
+        name = self._name(func)
+        floating = [t for t in ins if t.is_floating_point() or t.is_complex()]
+        dtype = _dtype_name((floating or ins or outs)[0].dtype)
+        flops = 0
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            try:
+                flops = int(formula(*args, **kwargs, out_val=out))
+            except Exception:   # a formula that does not know this overload's arguments
+                flops = 0
+        if func.is_view or name in ("aten::detach", "aten::alias", "aten::lift_fresh"):
+            kind, moved = "view", 0
+        else:
+            moved = sum(t.numel() * t.element_size() for t in ins + outs)
+            if func._schema.name in _COPIES and len(devices) > 1:
+                kind = "transfer"
+            else:
+                kind = "matmul" if flops else "memory"
+        s = self.stats.get(name)
+        if s is None:
+            s = self.stats[name] = OpStats()
+        s.calls += 1
+        s.dtypes.update(_dtype_name(t.dtype) for t in ins + outs)
+        big = max(ins + outs, key=lambda t: t.numel())
+        if math.prod(big.shape) > math.prod(s.largest_shape or (0,)):
+            s.largest_shape = tuple(big.shape)
+        s.flops += flops
+        s.bytes += moved
+        site = self.user.site()
+        for d in {_dtype_name(t.dtype) for t in ins + outs}:
+            key = (d, site)
+            s.sites[key] = s.sites.get(key, 0) + 1
+        self.steps[-1].append(Call(name, dtype, flops, moved, kind))
+        for cb in self.on_op:
+            cb(name)
+
+    def to_json(self) -> dict:
+        ops = {}
+        for name, s in sorted(self.stats.items(), key=lambda kv: -kv[1].calls):
+            ops[name] = {"calls": s.calls, "dtypes": sorted(s.dtypes), "largest_shape": list(s.largest_shape),
+                         "flops": s.flops, "bytes": s.bytes,
+                         "sites": [{"dtype": d, "site": site, "calls": n} for (d, site), n in s.sites.items()]}
+        steps = [[dataclasses.astuple(c) for c in step] for step in self.steps if step]
+        return {"ops": ops, "steps": steps, "failure": self.failure}
