@@ -5,6 +5,7 @@ import collections
 import contextlib
 import ctypes
 import inspect
+import os
 import pickle
 import sys
 import threading
@@ -106,6 +107,61 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     _lazy._lazy_init()
     _C._set_memory_fraction(fraction, idx)
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    """The fraction of the device's memory this process may use (set_per_process_memory_fraction)."""
+    _lazy._lazy_init()
+    idx = _get_device_index(device, optional=True)
+    return _ALLOCATOR.memory_fraction(idx)
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    """Pinned host memory statistics, nested ({"allocations": {"current": ...}, ...}).
+
+    Counted from the process's first pinned block: ``pin_memory()`` and ``pin_memory=True``
+    allocate through the hooks' pinned allocator (core/PinnedAllocator.cpp) without the lazy
+    musa initialisation, so the counters are read whether or not musa is initialised (an
+    empty dict before initialisation hid blocks pinned before the first musa call)."""
+    out: dict[str, Any] = {}
+    for key, value in _C._host_memory_stats().items():
+        name, _, kind = key.partition(".")
+        number = value if name.endswith("_time") and kind not in ("count",) else int(value)
+        if kind:
+            out.setdefault(name, {})[kind] = number
+        else:
+            out[name] = number
+    return out
+
+
+def host_memory_stats() -> dict[str, Any]:
+    """Pinned (host) allocator statistics with torch.cuda.host_memory_stats' flat keys:
+    ``allocations.*``, ``allocated_bytes.*``, ``active_requests.*``, ``active_bytes.*``
+    ({current, peak, allocated, freed}), ``num_host_alloc``/``num_host_free`` and
+    ``host_alloc_time.*``/``host_free_time.*`` (microseconds)."""
+    flat: list[tuple[str, Any]] = []
+    for name, value in host_memory_stats_as_nested_dict().items():
+        if isinstance(value, dict):
+            flat += [(f"{name}.{k}", v) for k, v in value.items()]
+        else:
+            flat.append((name, value))
+    return collections.OrderedDict(sorted(flat))
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    """Restart the ``allocated``/``freed`` totals and the timings from zero."""
+    _C._reset_host_memory_stats(False)
+
+
+def reset_peak_host_memory_stats() -> None:
+    """Set every ``peak`` to its ``current`` value."""
+    _C._reset_host_memory_stats(True)
+
+
+def list_gpu_processes(device: Any = None) -> str:
+    """The processes using the device and their memory, in torch.cuda's format. On the
+    host driver the only one is this process, once it has initialised musa."""
+    return _ALLOCATOR.list_gpu_processes(_get_device_index(device, optional=True))
 
 
 def _format_size(n: int) -> str:
@@ -222,6 +278,18 @@ class _RuntimeAllocator:
         """(MemPool, MemPoolContext, use_mem_pool): the runtime's, defined in this module."""
         return mem_pool, mem_pool_context, use_mem_pool
 
+    def memory_fraction(self, idx: int) -> float:
+        return _C._get_memory_fraction(idx)
+
+    def list_gpu_processes(self, idx: int) -> str:
+        lines = [f"GPU:{idx}"]
+        if not _lazy.is_initialized():
+            lines.append("no processes are running")
+        else:
+            mem = memory_reserved(idx) / (1024 * 1024)
+            lines.append(f"process {os.getpid():>10d} uses {mem:>12.3f} MB GPU memory")
+        return "\n".join(lines)
+
 
 class _CudaAllocator:
     """The cuda driver's: musa memory is CUDA's caching allocator (musa:i is cuda:i), so
@@ -231,7 +299,8 @@ class _CudaAllocator:
         # torch.cuda's functions, bound at import, before cuda_compat points torch.cuda's names
         # at torch.musa's (calling through the names then came back here, without end).
         self._memory = {name: getattr(torch.cuda.memory, name) for name in (
-            "memory_snapshot", "_record_memory_history", "_snapshot", "get_allocator_backend")}
+            "memory_snapshot", "_record_memory_history", "_snapshot", "get_allocator_backend",
+            "get_per_process_memory_fraction", "list_gpu_processes")}
         # torch.cuda's C functions, bound here once for the same reason.
         self._caching_enable = getattr(torch._C, "_cuda_cudaCachingAllocator_enable", None)
         self._caching_is_enabled = getattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled", None)
@@ -276,6 +345,14 @@ class _CudaAllocator:
         """CUDA's allocator serves musa memory: its pools are musa's."""
         return (torch.cuda.MemPool, getattr(torch.cuda, "MemPoolContext", mem_pool_context),
                 torch.cuda.use_mem_pool)
+
+    def memory_fraction(self, idx: int) -> float:
+        # CUDA's caching allocator holds the fraction set_per_process_memory_fraction set
+        return self._memory["get_per_process_memory_fraction"](idx)
+
+    def list_gpu_processes(self, idx: int) -> str:
+        # the GPU's management library counts by physical index
+        return self._memory["list_gpu_processes"](CONFIG.physical_indices[idx])
 
 
 _ALLOCATOR = pick(host=_RuntimeAllocator, cuda=_CudaAllocator)()
