@@ -18,6 +18,7 @@ from torch_musa.core import profiler_utils as _profiler_utils
 from torch_musa.core import serialization as _serialization
 from torch_musa.ops import dtype_policy as _dtype_policy
 from torch_musa.ops import fallback_routes as _fallback_routes
+from torch_musa.ops import fake_convolution as _fake_convolution
 from torch_musa.ops import kernels as _kernels
 from torch_musa.ops import registry as _registry
 from torch_musa.ops import vendor as _vendor
@@ -43,6 +44,7 @@ _fallback_routes.install()
 _registry.register_customized()
 _kernels.install()  # musa_functions.yaml's Python kernels (RNN cells, half upcasts, histc, ...)
 _vendor.install()  # the real torch_musa's additions: torch.gated_silu, F.swish_glu, F.rope, nn.RoPE
+_fake_convolution.install()  # traced convolutions promise the layout musa's kernel gives
 _registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
