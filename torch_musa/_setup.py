@@ -11,6 +11,7 @@ torch.utils.rename_privateuse1_backend("musa")
 
 from torch_musa import core as _musa_module
 from torch_musa.core import backends as _backends
+from torch_musa.core.ao import register_helper as _ao_register
 from torch_musa.core import dlpack as _dlpack
 from torch_musa.core import jit as _jit
 from torch_musa.core import printing as _printing
@@ -53,6 +54,7 @@ _musa_module.comm.install()  # torch.nn.parallel (DataParallel) across musa devi
 _jit.install()  # torch.jit.trace's check compares without the profile's missing dtypes
 _backends.install()  # torch.backends.musa and torch.backends.mudnn
 _profiler_utils.install()  # torch.profiler._utils.BasicEvaluation reads musa launches and kernels
+_ao_register._register_ao_intrinsic_modules()  # torch.ao.nn.intrinsic{,.qat,.quantized}.ConvSiLU2d & co
 
 from torch_musa import amp as _amp
 from torch_musa import attention as _attention
