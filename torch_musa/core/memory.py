@@ -164,52 +164,64 @@ def list_gpu_processes(device: Any = None) -> str:
     return _ALLOCATOR.list_gpu_processes(_get_device_index(device, optional=True))
 
 
-def _format_size(n: int) -> str:
-    for unit in ("B ", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:6d} {unit}" if unit == "B " else f"{n:6.2f} {unit}"
-        n /= 1024
-    return str(n)
+def _scaled(value: int, scale_by: float, units: tuple[str, ...], step: int, limit: float) -> tuple[int, str]:
+    """``value`` in the largest unit below which ``scale_by`` (the row's first value) stays under
+    ``limit``: torch.cuda's summary scales a row's pools by its total, so they share a unit."""
+    unit = units[0]
+    for bigger in units[1:]:
+        if scale_by < limit:
+            break
+        value, scale_by, unit = value // step, scale_by / step, bigger
+    return value, unit
+
+
+def _summary_size(value: int, scale_by: int) -> str:
+    n, unit = _scaled(value, scale_by, ("B  ", "KiB", "MiB", "GiB", "TiB", "PiB"), 1024, 768 * 1024)
+    return f"{n:6d} {unit}"
+
+
+def _summary_count(value: int, scale_by: int) -> str:
+    n, unit = _scaled(value, scale_by, (" ", "K", "M"), 1000, 750 * 1000)
+    return f"{n:7d} {unit} "
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-    """A human-readable table of the allocator statistics."""
+    """The allocator statistics as a table, in torch.cuda.memory_summary's layout (line for
+    line, with MUSA for CUDA), so that musa's and CUDA's logs diff."""
     idx = _get_device_index(device, optional=True)
-    stats = memory_stats_as_nested_dict(idx)
-    rows = [
-        ("Allocated memory", "allocated_bytes", True),
-        ("Active memory", "active_bytes", True),
-        ("Requested memory", "requested_bytes", True),
-        ("Reserved memory", "reserved_bytes", True),
-        ("Non-releasable memory", "inactive_split_bytes", True),  # free pieces of split segments
-        ("Allocations", "allocation", False),
-        ("Active allocs", "active", False),
-        ("Device reserved segments", "segment", False),
-        ("Non-releasable allocs", "inactive_split", False),
-    ]
-    line = "=" * 75
-    out = [line, f" PyTorch MUSA memory summary, device ID {idx:<29d}",
-           "-" * 75, f" {'Metric':<27}| {'Cur Usage':>10} | {'Peak Usage':>10} | {'Tot Alloc':>10} | {'Tot Freed':>10}",
-           "-" * 75]
-    pools = ["all"] if abbreviated else ["all", "large_pool", "small_pool"]
-    for title, key, is_bytes in rows:
-        for pool in pools:
-            s = stats[key][pool]
-            fmt = _format_size if is_bytes else (lambda v: f"{v:10d}")
-            label = title if pool == "all" else f"      from {pool.replace('_', ' ')}"
-            out.append(f" {label:<27}| {fmt(s['current']):>10} | {fmt(s['peak']):>10} | "
-                       f"{fmt(s['allocated']):>10} | {fmt(s['freed']):>10}")
-        out.append("-" * 75)
-    for title, key in (("Oversize allocations", "oversize_allocations"),
-                       ("Oversize device segments", "oversize_segments")):
-        s = stats[key]
-        out.append(f" {title:<27}| {s['current']:>10d} | {s['peak']:>10d} | "
-                   f"{s['allocated']:>10d} | {s['freed']:>10d}")
-    out.append("-" * 75)
-    out.append(f" Allocation retries: {stats['num_alloc_retries']}   OOMs: {stats['num_ooms']}   "
-               f"Device allocs: {stats['num_device_alloc']}   Device frees: {stats['num_device_free']}")
-    out.append(line)
-    return "\n".join(out) + "\n"
+    stats = memory_stats(idx)
+    pools = [("all", None)] if abbreviated else [
+        ("all", None), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+    rule, double = "-" * 75, "=" * 75
+    lines = [double,
+             f" {'':16} PyTorch MUSA memory summary, device ID {idx:<17d} ",
+             rule,
+             f"  {'':9} MUSA OOMs: {stats['num_ooms']:<12d} | {'':6} musaMalloc retries: "
+             f"{stats['num_alloc_retries']:<8d}  ",
+             double,
+             "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "]
+
+    def row(label: str, prefix: str, fmt, scale_prefix: str) -> str:
+        cells = [fmt(stats[prefix + k], stats[scale_prefix + k]) for k in ("current", "peak", "allocated", "freed")]
+        return f" {label:<21} | " + " | ".join(cells) + " "
+
+    for key, title, fmt in (
+            ("allocated_bytes", "Allocated memory", _summary_size),
+            ("active_bytes", "Active memory", _summary_size),
+            ("requested_bytes", "Requested memory", _summary_size),
+            ("reserved_bytes", "GPU reserved memory", _summary_size),
+            ("inactive_split_bytes", "Non-releasable memory", _summary_size),  # free pieces of split segments
+            ("allocation", "Allocations", _summary_count),
+            ("active", "Active allocs", _summary_count),
+            ("segment", "GPU reserved segments", _summary_count),
+            ("inactive_split", "Non-releasable allocs", _summary_count)):
+        lines.append(rule)
+        lines += [row(label or title, f"{key}.{pool}.", fmt, f"{key}.all.") for pool, label in pools]
+    for key, title in (("oversize_allocations", "Oversize allocations"),
+                       ("oversize_segments", "Oversize GPU segments")):
+        lines += [rule, row(title, f"{key}.", _summary_count, f"{key}.")]
+    lines.append(double)
+    return "".join(f"|{line}|\n" for line in lines)
 
 
 def memory_stats_all() -> dict[str, int]:
