@@ -75,7 +75,8 @@ class OpRecorder(TorchDispatchMode):
         try:
             out = func(*args, **kwargs)
         except BaseException as e:
-            if any(t.device.type == "musa" for t in ins) and self.failure is None:
+            on_musa = any(t.device.type == "musa" for t in ins) or "musa" in str(kwargs.get("device"))
+            if on_musa and self.failure is None:
                 self.failure = {"op": self._name(func), "error": str(e).split("\n")[0][:500],
                                 "site": self.user.site(), "dtypes": sorted({_dtype_name(t.dtype) for t in ins}),
                                 "shapes": [list(t.shape) for t in ins[:4]]}
