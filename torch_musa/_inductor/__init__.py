@@ -7,6 +7,8 @@ What is registered, and where:
 * ``torch.musa.amp.autocast`` as one of dynamo's context managers
   (``dynamo_autocast``), registered when
   ``torch._dynamo.variables.torch`` is imported;
+* the ``musagraphs`` dynamo backend (``musagraphs``), registered when
+  ``torch._dynamo.backends.registry`` is imported;
 * Inductor's backend for the ``"musa"`` device (``backend.register``): under the
   host driver, Inductor's C++/OpenMP CPU scheduling with a wrapper that allocates
   on the right musa device and calls the kernels as it calls CPU kernels (a musa
@@ -43,6 +45,12 @@ def _register_dynamo_ctx(_module=None) -> None:
     dynamo_autocast.register()
 
 
+def _register_musagraphs(module) -> None:
+    from torch_musa._inductor import musagraphs
+
+    musagraphs.register(module)
+
+
 def _register_inductor(_module=None) -> None:
     from torch_musa._inductor import backend
 
@@ -58,6 +66,8 @@ _HOOKS: dict[str, Callable] = {
     # dynamo's context-manager variables: torch.musa.amp.autocast traced as torch.cuda.amp's
     "torch._dynamo.variables.torch": _register_dynamo_ctx,
     "torch._inductor.compile_fx": _register_inductor,
+    # torch.compile(backend="musagraphs")
+    "torch._dynamo.backends.registry": _register_musagraphs,
 }
 
 
