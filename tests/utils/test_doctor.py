@@ -163,6 +163,15 @@ def test_recorded_flops_match_pytorchs_counter_for_a_training_step():
     assert sum(c.flops for c in s.ops.steps[0]) == ref.get_total_flops() > 0
 
 
+def test_attention_flops_on_musa():
+    q = torch.randn(2, 4, 16, 8, device="musa", requires_grad=True)
+    with Session([os.path.dirname(__file__)], steps_from_optimizer=False) as s:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+    flops = [c.flops for c in s.ops.steps[0] if c.flops]
+    matmul = 2 * (2 * 4) * 16 * 16 * 8          # one (b*h) x s x s x d product
+    assert flops == [2 * matmul, 5 * matmul]     # QK^T and PV; the backward's five products
+
+
 # ---- the estimate and its data ----
 
 def test_roofline_takes_the_dtypes_peak_and_the_bandwidth():

@@ -5,16 +5,45 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from torch_musa.utils.doctor.frames import UserCode
 
 # Ops that only read or write the host's side of a host<->device copy.
 _COPIES = {"aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"}
+
+
+def _sdpa(query, key, value, *_, **__) -> int:
+    return sdpa_flop_count(query.shape, key.shape, value.shape)
+
+
+def _sdpa_backward(grad_out, query, key, value, *_, **__) -> int:
+    return sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
+
+
+# Attention kernels PyTorch's FLOP counter has no formula for: the CPU's (which the host
+# driver runs) and the PrivateUse1 entry points, counted as its formulas count CUDA's.
+_MORE_FORMULAS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward,
+    torch.ops.aten._scaled_dot_product_fused_attention_overrideable: _sdpa,
+    torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward: _sdpa_backward,
+}
+
+
+def _flops(func, args, kwargs, out) -> int:
+    formula = flop_registry.get(func._overloadpacket)
+    try:
+        if formula is not None:
+            return int(formula(*args, **kwargs, out_val=out))
+        more = _MORE_FORMULAS.get(func._overloadpacket)
+        return int(more(*args, **kwargs)) if more else 0
+    except Exception:   # a formula that does not know this overload's arguments
+        return 0
 
 
 def _tensors(obj, out: list) -> None:
@@ -43,8 +72,7 @@ class OpStats:
     sites: dict = dataclasses.field(default_factory=dict)   # (dtype, site) -> calls
 
 
-@dataclasses.dataclass
-class Call:
+class Call(NamedTuple):
     """One op call, as the roofline estimator needs it."""
     op: str
     dtype: str
@@ -97,13 +125,7 @@ class OpRecorder(TorchDispatchMode):
         name = self._name(func)
         floating = [t for t in ins if t.is_floating_point() or t.is_complex()]
         dtype = _dtype_name((floating or ins or outs)[0].dtype)
-        flops = 0
-        formula = flop_registry.get(func._overloadpacket)
-        if formula is not None:
-            try:
-                flops = int(formula(*args, **kwargs, out_val=out))
-            except Exception:   # a formula that does not know this overload's arguments
-                flops = 0
+        flops = _flops(func, args, kwargs, out)
         if func.is_view or name in ("aten::detach", "aten::alias", "aten::lift_fresh"):
             kind, moved = "view", 0
         else:
@@ -136,5 +158,5 @@ class OpRecorder(TorchDispatchMode):
             ops[name] = {"calls": s.calls, "dtypes": sorted(s.dtypes), "largest_shape": list(s.largest_shape),
                          "flops": s.flops, "bytes": s.bytes,
                          "sites": [{"dtype": d, "site": site, "calls": n} for (d, site), n in s.sites.items()]}
-        steps = [[dataclasses.astuple(c) for c in step] for step in self.steps if step]
+        steps = [[list(c) for c in step] for step in self.steps if step]
         return {"ops": ops, "steps": steps, "failure": self.failure}
