@@ -123,3 +123,31 @@ def test_core_ao_fused_modules_are_torch_aos():
     assert torch.ao.nn.intrinsic.quantized.ConvAddSiLU2d is nniq.ConvAddSiLU2d is ConvAddSiLU2d
     assert issubclass(ConvSiLU2d, torch.ao.nn.quantized.Conv2d)
     assert ConvSiLU2d(3, 4, 3)._get_name() == "QuantizedConvSiLU2d"
+
+
+def test_musagraph_trees_and_musagraphs_backend_paths():
+    import torch._dynamo
+
+    from torch_musa._dynamo.backend.musagraphs import MusagraphsBackend, musagraphs
+    from torch_musa._inductor import musagraph_trees
+
+    for name in ("mark_step_begin", "reset_musagraph_trees", "get_manager", "musagraphify_impl"):
+        assert callable(getattr(musagraph_trees, name))
+    manager = musagraph_trees.get_manager(0)
+    assert musagraph_trees.get_manager(0, create_if_none_exists=False) is manager
+    musagraph_trees.reset_musagraph_trees()
+    assert musagraph_trees.get_manager(0, create_if_none_exists=False) is None
+    assert isinstance(torch._dynamo.lookup_backend("musagraphs"), MusagraphsBackend)
+    assert callable(musagraphs)
+
+
+def test_distributed_loss_path():
+    import torch.nn.functional as F
+
+    from torch_musa.distributed.loss import FusedCrossEntropyLossTensorParallel, parallel_fused_cross_entropy
+
+    torch.manual_seed(0)
+    logits, target = torch.randn(4, 6), torch.randint(6, (4,))
+    loss = parallel_fused_cross_entropy(logits.to("musa"), target.to("musa"), reduction="sum")
+    torch.testing.assert_close(loss.cpu().double(), F.cross_entropy(logits.double(), target, reduction="sum"))
+    assert issubclass(FusedCrossEntropyLossTensorParallel, torch.autograd.Function)
