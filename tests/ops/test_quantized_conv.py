@@ -170,3 +170,38 @@ def test_qat_conv_bn_silu_trains_and_converts():
     float_module = qat.to_float()
     assert type(float_module) is torch.ao.nn.intrinsic.ConvSiLU2d
     assert isinstance(float_module[1], torch.nn.SiLU)
+
+
+@pytest.mark.slow  # FX prepare/convert: several seconds
+def test_fx_lowers_conv_silu_to_the_quantized_module():
+    """With a backend config that fuses Conv2d + SiLU (as the real package's users write),
+    convert_fx gives the quantized ConvSiLU2d, which runs on musa."""
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.backend_config import (BackendPatternConfig, DTypeConfig, ObservationType,
+                                                      get_native_backend_config)
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    from torch.ao.nn.quantized import reference as nnqr
+
+    nni = torch.ao.nn.intrinsic
+    dtypes = [DTypeConfig(input_dtype=torch.quint8, output_dtype=torch.quint8, weight_dtype=torch.qint8,
+                          bias_dtype=torch.float)]
+    config = get_native_backend_config()
+    config.set_backend_pattern_config(
+        BackendPatternConfig((torch.nn.Conv2d, torch.nn.SiLU)).set_dtype_configs(dtypes)
+        .set_fuser_method(lambda is_qat, conv, silu: nni.ConvSiLU2d(conv, silu)).set_fused_module(nni.ConvSiLU2d))
+    config.set_backend_pattern_config(
+        BackendPatternConfig(nni.ConvSiLU2d).set_dtype_configs(dtypes)
+        .set_observation_type(ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
+        .set_root_module(torch.nn.Conv2d).set_reference_quantized_module(nnqr.Conv2d)
+        .set_fused_module(nni.ConvSiLU2d))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.SiLU()).eval()
+    x = torch.randn(2, 3, 8, 8)
+    prepared = prepare_fx(model, get_default_qconfig_mapping("x86"), (x,), backend_config=config)
+    prepared(x)
+    quantized = convert_fx(prepared, backend_config=config)
+    fused = [m for m in quantized.modules() if isinstance(m, nniq.ConvSiLU2d)]
+    assert len(fused) == 1
+    out = quantized.to("musa")(x.musa())
+    step = fused[0].scale
+    assert out.device.type == "musa" and (out.cpu() - model(x)).abs().max() <= 2 * step
