@@ -41,6 +41,8 @@ def _add_one(dst, src):
     b[:] = a + 1
 
 
+@pytest.mark.requires_host_driver("host code writes musa memory through its host address",
+                                   unsafe_elsewhere=True)
 def test_capture_records_host_callables():
     x = torch.zeros(4, device="musa")
     before = len(graphs._host_calls)
@@ -61,6 +63,7 @@ def test_capture_records_host_callables():
 
 
 @pytest.mark.slow
+@pytest.mark.requires_host_driver("reduce-overhead's MUSA graphs are the host driver's")
 def test_reduce_overhead_inference_replays_and_matches_eager(replays):
     model = _mlp()
     cpu_model = _mlp()
@@ -77,6 +80,7 @@ def test_reduce_overhead_inference_replays_and_matches_eager(replays):
 
 
 @pytest.mark.slow
+@pytest.mark.requires_host_driver("reduce-overhead's MUSA graphs are the host driver's")
 def test_reduce_overhead_training_replays_and_matches_eager(replays):
     model = _mlp().to("musa")
     f = torch.compile(model, mode="reduce-overhead")
@@ -94,6 +98,7 @@ def test_reduce_overhead_training_replays_and_matches_eager(replays):
 
 
 @pytest.mark.slow
+@pytest.mark.requires_host_driver("reduce-overhead's MUSA graphs are the host driver's")
 def test_outputs_held_for_a_pending_backward_are_not_overwritten(replays):
     """Two forwards before one backward (gradient accumulation): each keeps its outputs."""
     model = _mlp().to("musa")
@@ -112,6 +117,7 @@ def test_outputs_held_for_a_pending_backward_are_not_overwritten(replays):
 
 
 @pytest.mark.slow
+@pytest.mark.requires_host_driver("reduce-overhead's MUSA graphs are the host driver's")
 def test_cpu_nodes_skip_with_cudas_reason(replays, monkeypatch):
     from torch_musa._inductor import reduce_overhead
 
@@ -133,6 +139,7 @@ def test_cpu_nodes_skip_with_cudas_reason(replays, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.requires_host_driver("reduce-overhead's MUSA graphs are the host driver's")
 def test_mutated_input_skips_with_cudas_reason(replays):
     @torch.compile(mode="reduce-overhead")
     def f(x, buf):
