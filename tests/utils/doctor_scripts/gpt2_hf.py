@@ -11,6 +11,7 @@ p.add_argument("--embd", type=int, default=64)
 p.add_argument("--seq", type=int, default=32)
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--steps", type=int, default=10)
+p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
 a = p.parse_args()
 
 torch.manual_seed(0)
@@ -19,7 +20,8 @@ model = GPT2LMHeadModel(cfg).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 for step in range(a.steps):
     ids = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device="cuda")
-    loss = model(input_ids=ids, labels=ids).loss
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.bf16):
+        loss = model(input_ids=ids, labels=ids).loss
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

@@ -10,7 +10,7 @@ from torch_musa.utils.doctor.sections import sections
 
 _STYLE = """body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.15em;border-bottom:1px solid #ccc;margin-top:1.6em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 8px;text-align:left}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 8px;text-align:left;overflow-wrap:anywhere}
 th{background:#f3f3f3}code{font-size:12px}.bad{color:#b00}.ok{color:#070}img{max-width:100%}"""
 
 
@@ -21,7 +21,8 @@ def _img(png: bytes, alt: str) -> str:
 def page(report: dict) -> str:
     e = html.escape
     body = [f"<h1>musa-doctor: {e(report['script'])} on {e(report['card_name'])}</h1>"]
-    for s in sections(report):
+    parts = sections(report)
+    for s in parts[-1:] + parts[:-1]:            # the verdict first: it is what the page is for
         body.append(f"<h2>{e(s.title)}</h2>")
         if s.title == "Verdict":
             body += [f'<p class="{"ok" if v["ok"] else "bad"}">{e(v["line"])}</p>'

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import Callable, NamedTuple
 
 import torch
@@ -15,6 +16,10 @@ from torch_musa.utils.doctor.frames import UserCode
 
 # Ops that only read or write the host's side of a host<->device copy.
 _COPIES = {"aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"}
+# Ops that launch no kernel besides views: metadata, aliases, allocation without a fill.
+_NO_KERNEL = {"aten::detach", "aten::alias", "aten::lift_fresh", "aten::_unsafe_view", "aten::_reshape_alias",
+              "aten::_has_compatible_shallow_copy_type", "aten::empty", "aten::empty_like", "aten::empty_strided",
+              "aten::new_empty", "aten::new_empty_strided", "aten::resize_", "aten::set_"}
 
 
 def _sdpa(query, key, value, *_, **__) -> int:
@@ -70,6 +75,7 @@ class OpStats:
     flops: int = 0
     bytes: int = 0
     sites: dict = dataclasses.field(default_factory=dict)   # (dtype, site) -> calls
+    kernel: bool = True     # False for views, metadata and bare allocations
 
 
 class Call(NamedTuple):
@@ -78,7 +84,8 @@ class Call(NamedTuple):
     dtype: str
     flops: int
     bytes: int
-    kind: str      # "matmul" (has a FLOP formula), "memory", "view" (no kernel), "transfer" (host<->device)
+    kind: str      # "matmul" (has a FLOP formula), "memory", "view" (no kernel: views, metadata,
+                   # allocation), "transfer" (host<->device)
 
 
 class OpRecorder(TorchDispatchMode):
@@ -91,6 +98,33 @@ class OpRecorder(TorchDispatchMode):
         self.steps: list[list[Call]] = [[]]          # calls per step; the last is open
         self.failure: dict | None = None
         self.on_op: list[Callable[[str], None]] = []
+        self._backward_site: str | None = None
+        self.autocast_dtypes: set[str] = set()     # what musa autocast cast to while ops ran
+        self._saved: list = []
+
+    def __enter__(self):
+        # The backward's ops run on autograd's threads, without the user's frames:
+        # they are attributed to the line that called backward() or grad().
+        for name in ("backward", "grad"):
+            orig = getattr(torch.autograd, name)
+            self._saved.append((name, orig))
+            setattr(torch.autograd, name, self._attributing(orig))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, orig in self._saved:
+            setattr(torch.autograd, name, orig)
+        self._saved.clear()
+        return super().__exit__(*exc)
+
+    def _attributing(self, fn):
+        def call(*args, **kwargs):
+            outer, self._backward_site = self._backward_site, self.user.site(sys._getframe(1))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._backward_site = outer
+        return call
 
     def close_step(self) -> None:
         self.steps.append([])
@@ -126,7 +160,7 @@ class OpRecorder(TorchDispatchMode):
         floating = [t for t in ins if t.is_floating_point() or t.is_complex()]
         dtype = _dtype_name((floating or ins or outs)[0].dtype)
         flops = _flops(func, args, kwargs, out)
-        if func.is_view or name in ("aten::detach", "aten::alias", "aten::lift_fresh"):
+        if func.is_view or func._schema.name in _NO_KERNEL:
             kind, moved = "view", 0
         else:
             moved = sum(t.numel() * t.element_size() for t in ins + outs)
@@ -134,6 +168,8 @@ class OpRecorder(TorchDispatchMode):
                 kind = "transfer"
             else:
                 kind = "matmul" if flops else "memory"
+        if torch.is_autocast_enabled("musa"):
+            self.autocast_dtypes.add(_dtype_name(torch.get_autocast_dtype("musa")))
         s = self.stats.get(name)
         if s is None:
             s = self.stats[name] = OpStats()
@@ -144,7 +180,8 @@ class OpRecorder(TorchDispatchMode):
             s.largest_shape = tuple(big.shape)
         s.flops += flops
         s.bytes += moved
-        site = self.user.site()
+        s.kernel = kind != "view"
+        site = self.user.site() or self._backward_site
         for d in {_dtype_name(t.dtype) for t in ins + outs}:
             key = (d, site)
             s.sites[key] = s.sites.get(key, 0) + 1
@@ -156,7 +193,7 @@ class OpRecorder(TorchDispatchMode):
         ops = {}
         for name, s in sorted(self.stats.items(), key=lambda kv: -kv[1].calls):
             ops[name] = {"calls": s.calls, "dtypes": sorted(s.dtypes), "largest_shape": list(s.largest_shape),
-                         "flops": s.flops, "bytes": s.bytes,
+                         "flops": s.flops, "bytes": s.bytes, "kernel": s.kernel,
                          "sites": [{"dtype": d, "site": site, "calls": n} for (d, site), n in s.sites.items()]}
         steps = [[list(c) for c in step] for step in self.steps if step]
-        return {"ops": ops, "steps": steps, "failure": self.failure}
+        return {"ops": ops, "steps": steps, "failure": self.failure, "autocast_dtypes": sorted(self.autocast_dtypes)}

@@ -10,6 +10,9 @@ from torch_musa.utils.doctor import native_ops, roofline
 from torch_musa.utils.doctor.cards import MUSA_CARDS, Card, card, cards
 
 _DOUBLE = ("float64", "complex128")
+# Factories PyTorch builds from an allocation and a fill, which only move data.
+_FILL_FACTORIES = {"aten::" + n for n in ("zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
+                                          "new_zeros", "new_ones", "new_full", "scalar_tensor")}
 
 
 def _base(op: str) -> str:
@@ -41,11 +44,14 @@ def _real(op: str, release: str) -> str:
 
 
 def _refusals(raw: dict, c: Card) -> list[dict]:
-    """Op/dtype pairs of the run that ``c``'s profile refuses, with the user's lines."""
+    """Op/dtype pairs of the run that ``c``'s profile refuses, with the user's lines.
+
+    Ops that launch no kernel, and those that only move data (the runtime's own list,
+    ``DTYPE_AGNOSTIC_OPS``, and fill factories) pass, as the runtime lets them."""
     lacking = {str(d).replace("torch.", "") for d in c.unsupported_dtypes}
     out = []
     for op, s in raw["ops"].items():
-        if _base(op) in DTYPE_AGNOSTIC_OPS:
+        if not s.get("kernel", True) or _base(op) in DTYPE_AGNOSTIC_OPS or _base(op) in _FILL_FACTORIES:
             continue
         for d in sorted(set(s["dtypes"]) & lacking):
             sites = sorted({x["site"] for x in s["sites"] if x["dtype"] == d and x["site"]})
@@ -119,8 +125,13 @@ def build(raw: dict, card_key: str = "s4000", release: str | None = None) -> dic
             what = raw.get("failure") or {}
             problems.append(f"the run failed at {what.get('op') or raw['error']['type']}"
                             f" ({what.get('site') or raw['error'].get('site') or 'site unknown'})")
-        bad = [r for r in dtypes[k] if not r["double_cast_carries"]]
+        autocast = set(raw.get("autocast_dtypes", []))
+        off = sorted({r["dtype"] for r in dtypes[k]} & autocast)
+        bad = [r for r in dtypes[k] if not r["double_cast_carries"] and r["dtype"] not in autocast]
         carried = [r for r in dtypes[k] if r["double_cast_carries"]]
+        if off:
+            problems.append(f"autocast to {', '.join(off)} turns itself off there (float32 instead, with a warning; "
+                            f"run --profile {k} to see the rest)")
         if bad:
             problems.append(f"lacks {', '.join(sorted({r['dtype'] for r in bad}))} "
                             f"({bad[0]['op']} at {bad[0]['sites'][0] if bad[0]['sites'] else '?'})")
@@ -140,6 +151,7 @@ def build(raw: dict, card_key: str = "s4000", release: str | None = None) -> dic
             "failure": raw.get("failure"), "card": chosen.key, "card_name": chosen.name, "profile": raw["profile"],
             "driver": raw["driver"], "release": release, "release_source": native_ops.source(),
             "steps_completed": raw["steps_completed"], "max_steps": raw["max_steps"], "elapsed_s": raw["elapsed_s"],
-            "ops": ops, "fallback_here": raw["fallback"], "dtypes": dtypes, "float64_sites": float64_sites,
+            "ops": ops, "fallback_here": raw["fallback"], "dtypes": dtypes,
+            "autocast_dtypes": raw.get("autocast_dtypes", []), "float64_sites": float64_sites,
             "memory": memory, "syncs": raw["syncs"], "cuda_api": raw["cuda_api"], "converter": raw["converter"],
             "estimate_step": which, "estimates": estimates, "verdicts": verdicts}

@@ -29,7 +29,14 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3g} ms"
 
 
+def _shortener(script: str):
+    """Sites under the script's folder shown relative to it."""
+    folder = script.rsplit("/", 1)[0] + "/"
+    return lambda site: site[len(folder):] if site and site.startswith(folder) else site
+
+
 def sections(r: dict) -> list[Section]:
+    short = _shortener(r["script"])
     out = []
     status = r["status"] if r["status"] != "step limit" else f"stopped after {r['steps_completed']} step(s) (--max-steps)"
     notes = [f"script: {r['script']} {' '.join(r['args'])}".rstrip(),
@@ -38,9 +45,9 @@ def sections(r: dict) -> list[Section]:
     if r["status"] == "failed":
         f, e = r["failure"], r["error"] or {}
         if f:
-            notes.append(f"FAILED at op {f['op']} ({', '.join(f['dtypes'])}) from {f['site']}: {f['error']}")
+            notes.append(f"FAILED at op {f['op']} ({', '.join(f['dtypes'])}) from {short(f['site'])}: {f['error']}")
         else:
-            notes.append(f"FAILED: {e.get('type')}: {e.get('message')} at {e.get('site')}")
+            notes.append(f"FAILED: {e.get('type')}: {e.get('message')} at {short(e.get('site'))}")
         notes.append("everything below covers the run up to the failure")
     out.append(Section("Run", notes))
 
@@ -58,13 +65,17 @@ def sections(r: dict) -> list[Section]:
     rows = []
     for key, refused in r["dtypes"].items():
         for x in refused:
-            rows.append([cards()[key].name, x["op"], x["dtype"], " ".join(x["sites"][:3]) or "?",
+            rows.append([cards()[key].name, x["op"], x["dtype"], " ".join(map(short, x["sites"][:3])) or "?",
                          "yes" if x["double_cast_carries"] else "no"])
     notes = ["dtypes a card cannot compute in, where the run used them (ops that only move data pass)."]
+    if r["autocast_dtypes"]:
+        notes.append(f"musa autocast ran to {', '.join(r['autocast_dtypes'])}: on a card without that dtype "
+                     "autocast disables itself (with a warning) and those ops run in float32")
     if r["float64_sites"]:
-        notes.append("float64 is computed at: " + ", ".join(r["float64_sites"][:8]) +
+        notes.append("float64 is computed at: " + ", ".join(map(short, r["float64_sites"][:8])) +
                      " (slow on every MUSA card even where present)")
-    out.append(Section("Dtypes", notes, ["card", "op", "dtype", "user code", "TORCH_USE_MUSA_DOUBLE_CAST=1 carries it"],
+    notes.append("last column: whether TORCH_USE_MUSA_DOUBLE_CAST=1 (float64 computed in float32) carries it")
+    out.append(Section("Dtypes", notes, ["card", "op", "dtype", "user code", "double cast"],
                        rows))
 
     m = r["memory"]
@@ -78,19 +89,20 @@ def sections(r: dict) -> list[Section]:
                      + f" ({why})")
     if m["largest_at_peak"]:
         notes.append("largest allocations alive at the peak: " +
-                     ", ".join(f"{size(t['bytes'])} ({t['site'] or 'library code'})" for t in m["largest_at_peak"][:6]))
+                     ", ".join(f"{size(t['bytes'])} ({short(t['site']) or 'library code'})"
+                               for t in m["largest_at_peak"][:6]))
     out.append(Section("Memory", notes, ["step", "peak allocated", "peak reserved"], rows))
 
     s = r["syncs"]
-    rows = [[x["what"], x["site"] or "?", x["calls"]] for x in s["sites"][:15]]
+    rows = [[x["what"], short(x["site"]) or "?", x["calls"]] for x in s["sites"][:15]]
     per_step = s["per_step"][:len(m["per_step"])]
     out.append(Section("Synchronisation", [f"{s['total']} host<->device syncs, per step: {per_step} "
                                            "(as torch.musa.set_sync_debug_mode('warn') reports them)"],
                        ["what", "user code", "calls"], rows))
 
     c = r["converter"]
-    rows = [[x["api"], x["site"], x["calls"]] for x in r["cuda_api"]]
-    rows += [[f"review: {x['id']}", x["site"], x["title"]] for x in c["review"]]
+    rows = [[x["api"], short(x["site"]), x["calls"]] for x in r["cuda_api"]]
+    rows += [[f"review: {x['id']}", short(x["site"]), x["title"]] for x in c["review"]]
     out.append(Section("CUDA-isms", [
         "torch.cuda calls the compat layer answered from musa, and what musa-converter asks a person to review",
         "converter rewrites in these files: " + (", ".join(f"{k} x{v}" for k, v in c["rewrites"].items()) or "none")],
