@@ -20,7 +20,7 @@ def _img(png: bytes, alt: str) -> str:
 
 def page(report: dict) -> str:
     e = html.escape
-    body = [f"<h1>musa-doctor: {e(report['script'])} on {e(report['card_name'])}</h1>"]
+    body = [f"<h1>musa-doctor: {e(report['script'].rsplit('/', 1)[-1])} on {e(report['card_name'])}</h1>"]
     parts = sections(report)
     for s in parts[-1:] + parts[:-1]:            # the verdict first: it is what the page is for
         body.append(f"<h2>{e(s.title)}</h2>")

@@ -98,7 +98,7 @@ class OpRecorder(TorchDispatchMode):
         self.steps: list[list[Call]] = [[]]          # calls per step; the last is open
         self.failure: dict | None = None
         self.on_op: list[Callable[[str], None]] = []
-        self._backward_site: str | None = None
+        self.backward_site: str | None = None
         self.autocast_dtypes: set[str] = set()     # what musa autocast cast to while ops ran
         self._saved: list = []
 
@@ -119,11 +119,11 @@ class OpRecorder(TorchDispatchMode):
 
     def _attributing(self, fn):
         def call(*args, **kwargs):
-            outer, self._backward_site = self._backward_site, self.user.site(sys._getframe(1))
+            outer, self.backward_site = self.backward_site, self.user.site(sys._getframe(1))
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._backward_site = outer
+                self.backward_site = outer
         return call
 
     def close_step(self) -> None:
@@ -181,7 +181,7 @@ class OpRecorder(TorchDispatchMode):
         s.flops += flops
         s.bytes += moved
         s.kernel = kind != "view"
-        site = self.user.site() or self._backward_site
+        site = self.user.site() or self.backward_site
         for d in {_dtype_name(t.dtype) for t in ins + outs}:
             key = (d, site)
             s.sites[key] = s.sites.get(key, 0) + 1

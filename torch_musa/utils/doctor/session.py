@@ -42,6 +42,7 @@ class Session:
         self.syncs = SyncRecorder(self.user)
         self.cuda_api = CudaApiRecorder(self.user)
         self.ops.on_op.append(self.memory.on_op)
+        self.syncs.fallback_site = lambda: self.ops.backward_site
         self._hook = None
         self._steps_from_optimizer = steps_from_optimizer
         self._bar = tqdm(total=max_steps, unit="step", desc="musa-doctor", disable=not progress,

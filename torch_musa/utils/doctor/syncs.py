@@ -24,6 +24,8 @@ class SyncRecorder:
         self.per_step: list[int] = [0]
         self.sites: dict[tuple[str, str | None], int] = {}
         self._saved = None
+        #: where a sync without user frames (on autograd's threads) came from; set by the session
+        self.fallback_site = lambda: None
 
     def close_step(self) -> None:
         self.per_step.append(0)
@@ -39,7 +41,7 @@ class SyncRecorder:
                 return passthrough(message, category, filename, lineno, file, line)
             what = text.split(_INTERNAL)[0][len(MESSAGE):].strip()
             what = what[1:-1] if what.startswith("(") and what.endswith(")") else what
-            key = (what, self.user.site(sys._getframe(1)))
+            key = (what, self.user.site(sys._getframe(1)) or self.fallback_site())
             self.sites[key] = self.sites.get(key, 0) + 1
             self.per_step[-1] += 1
 
