@@ -1,4 +1,5 @@
 """MUSA graphs from torch.compile: mode="reduce-overhead" and backend="musagraphs"."""
+import copy
 import ctypes
 
 import numpy as np
@@ -185,3 +186,26 @@ def test_musagraphs_backend_skips_cpu_nodes(replays):
     torch.testing.assert_close(b, y + 1)
     assert counters["inductor"]["cudagraph_skips"] == 1
     assert replays[0] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.requires_host_driver("reduce-overhead's MUSA graphs are the host driver's")
+def test_reduce_overhead_is_default_compile_bit_for_bit(replays):
+    """Replays draw random numbers and update buffers as the compiled code run directly does."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Dropout(0.3)).to("musa")
+    twin = copy.deepcopy(model)
+    graphed, direct = torch.compile(model, mode="reduce-overhead"), torch.compile(twin)
+    for step in range(3):
+        x = torch.randn(2, 3, 8, 8, device="musa")
+        torch.manual_seed(step)
+        y = graphed(x)
+        y.sum().backward()
+        torch.manual_seed(step)
+        y_direct = direct(x)
+        y_direct.sum().backward()
+        assert torch.equal(y, y_direct)
+        assert torch.equal(model[1].running_mean, twin[1].running_mean)
+        assert torch.equal(model[0].weight.grad, twin[0].weight.grad)
+    assert replays[0] >= 4
