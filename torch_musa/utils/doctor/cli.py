@@ -47,6 +47,8 @@ def run_worker(script: str, args: list[str], c, max_steps: int, device_memory: s
         env["TORCH_MUSA_CUDA_COMPAT"] = "1"
     if device_memory:
         env["TORCH_MUSA_DEVICE_MEMORY"] = device_memory
+    elif not c.is_musa:     # another vendor's card runs under a MUSA profile, with its own memory
+        env["TORCH_MUSA_DEVICE_MEMORY"] = str(c.memory_bytes)
     if double_cast:
         env["TORCH_USE_MUSA_DOUBLE_CAST"] = "1"
     with tempfile.TemporaryDirectory(prefix="musa-doctor-") as tmp:
