@@ -139,6 +139,14 @@ def test_steps_are_bounded_and_measured(tmp_path, capfd):
     assert all(s["peak_allocated"] >= params for s in raw["memory"]["per_step"])
 
 
+def test_backward_ops_carry_the_line_that_called_backward(tmp_path):
+    text = TRAIN.replace("torch.nn.Linear(8, 4)", "torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())")
+    script = write(tmp_path, "relu.py", text)
+    raw = run_script(script, [], 1, progress=False)
+    sites = {x["site"] for x in raw["ops"]["aten::threshold_backward"]["sites"]}
+    assert sites == {f"{script}:{line_of(text, 'loss.backward()')}"}
+
+
 def test_recorded_flops_and_bytes_of_a_matmul():
     a = torch.randn(64, 32, device="musa")
     b = torch.randn(32, 16, device="musa")
