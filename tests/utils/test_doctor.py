@@ -286,6 +286,16 @@ def test_cli_model_too_big_for_the_card_does_not_fit(tmp_path):
 
 
 @pytest.mark.slow
+def test_cli_reports_a_run_whose_interpreter_died(tmp_path):
+    script = write(tmp_path, "dies.py", TRAIN.replace('    print("MARK", step, loss.item())',
+                                                      '    if step == 1:\n        import os; os._exit(3)'))
+    proc, r = doctor(tmp_path, "--max-steps", "4", script)
+    assert proc.returncode == 1 and r["status"] == "failed" and r["steps_completed"] == 2
+    assert r["error"]["message"] == "the interpreter died after step 2 (exit status 3)"
+    assert "aten::addmm" in {o["op"] for o in r["ops"]} and len(r["memory"]["per_step"]) == 2
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("script, must_have", [
     ("gpt2_hf.py", {"aten::addmm", "aten::bmm", "aten::embedding"}),
     ("resnet18_hf.py", {"aten::convolution", "aten::convolution_backward"}),

@@ -56,10 +56,15 @@ def run_worker(script: str, args: list[str], c, max_steps: int, device_memory: s
         cmd = [sys.executable, "-m", "torch_musa.utils.doctor.worker", str(out), str(max_steps),
                "1" if progress else "0", script, *args]
         proc = subprocess.run(cmd, env=env)
-        if not out.exists():
-            raise RuntimeError(f"the run of {script} ended (exit status {proc.returncode}) before musa-doctor "
-                               "could write its data: the interpreter died (a crash or a kill), see above")
-        return json.loads(out.read_text())
+        if out.exists():
+            return json.loads(out.read_text())
+        partial = Path(str(out) + ".partial")
+        if not partial.exists():
+            raise RuntimeError(f"the run of {script} died (exit status {proc.returncode}) before its first "
+                               "step ended: no data to report (its output is above)")
+        raw = json.loads(partial.read_text())
+        raw["error"]["message"] += f" (exit status {proc.returncode})"
+        return raw
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,8 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"musa-doctor: running {a.script} under the {c.profile} profile for "
           f"{a.max_steps or 'all'} step(s)...", file=sys.stderr)
-    raw = run_worker(a.script, a.args, c, a.max_steps, a.device_memory, a.double_cast,
-                     not a.no_cuda_compat, not a.quiet)
+    try:
+        raw = run_worker(a.script, a.args, c, a.max_steps, a.device_memory, a.double_cast,
+                         not a.no_cuda_compat, not a.quiet)
+    except RuntimeError as e:
+        print(f"musa-doctor: {e}", file=sys.stderr)
+        return 1
     report = build(raw, c.key, a.release)
     print(render.text(report))
     if a.json:

@@ -122,9 +122,12 @@ def build(raw: dict, card_key: str = "s4000", release: str | None = None) -> dic
         c = cards()[k]
         problems = []
         if raw["status"] == "failed" and k == chosen.key:
-            what = raw.get("failure") or {}
-            problems.append(f"the run failed at {what.get('op') or raw['error']['type']}"
-                            f" ({what.get('site') or raw['error'].get('site') or 'site unknown'})")
+            f, err = raw.get("failure"), raw["error"] or {}
+            if f:
+                problems.append(f"the run failed at {f['op']} ({f['site'] or 'site unknown'})")
+            else:
+                where = f" at {err['site']}" if err.get("site") else ""
+                problems.append(f"the run failed: {err.get('type')}: {err.get('message')}{where}")
         autocast = set(raw.get("autocast_dtypes", []))
         off = sorted({r["dtype"] for r in dtypes[k]} & autocast)
         bad = [r for r in dtypes[k] if not r["double_cast_carries"] and r["dtype"] not in autocast]

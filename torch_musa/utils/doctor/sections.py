@@ -47,7 +47,8 @@ def sections(r: dict) -> list[Section]:
         if f:
             notes.append(f"FAILED at op {f['op']} ({', '.join(f['dtypes'])}) from {short(f['site'])}: {f['error']}")
         else:
-            notes.append(f"FAILED: {e.get('type')}: {e.get('message')} at {short(e.get('site'))}")
+            where = f" at {short(e['site'])}" if e.get("site") else ""
+            notes.append(f"FAILED: {e.get('type')}: {e.get('message')}{where}")
         notes.append("everything below covers the run up to the failure")
     out.append(Section("Run", notes))
 

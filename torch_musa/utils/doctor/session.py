@@ -49,6 +49,8 @@ class Session:
                          leave=False, dynamic_ncols=True)
         self._started = 0.0
         self.elapsed = 0.0
+        #: called with the session after each step (the worker saves the data so far)
+        self.on_step = lambda session: None
         self.ops.on_op.append(self._tick)
 
     def _tick(self, _name: str) -> None:
@@ -74,6 +76,8 @@ class Session:
         self.syncs.close_step()
         self.memory.close_step()
         self._bar.update(1)
+        self.elapsed = time.perf_counter() - self._started
+        self.on_step(self)
         if self.max_steps is not None and self.steps_done >= self.max_steps:
             raise StepLimitReached(self.steps_done)
 

@@ -18,8 +18,19 @@ from torch_musa.utils.doctor.cuda_isms import converter_review
 from torch_musa.utils.doctor.session import Session, StepLimitReached
 
 
-def run_script(script: str, args: list[str], max_steps: int | None, progress: bool = True) -> dict:
-    """Runs ``script`` as ``__main__`` with ``sys.argv`` = [script, *args]; the raw data."""
+def _save(path: str, raw: dict) -> None:
+    """Writes ``raw`` whole or not at all (a reader never sees half a file)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(raw, f)
+    os.replace(path + ".tmp", path)
+
+
+def run_script(script: str, args: list[str], max_steps: int | None, progress: bool = True,
+               partial: str | None = None) -> dict:
+    """Runs ``script`` as ``__main__`` with ``sys.argv`` = [script, *args]; the raw data.
+
+    ``partial``: a path where the data so far is saved after each step, for a report
+    even if the interpreter dies (a crash in native code, a kill)."""
     script = os.path.abspath(script)
     folder = os.path.dirname(script)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
@@ -27,6 +38,10 @@ def run_script(script: str, args: list[str], max_steps: int | None, progress: bo
     sys.path.insert(0, folder)
     status, error = "completed", None
     session = Session([folder], max_steps=max_steps, progress=progress)
+    if partial:
+        session.on_step = lambda s: _save(partial, dict(
+            s.to_json(), script=script, args=args, status="failed", converter={"rewrites": {}, "review": []},
+            error={"type": "died", "message": f"the interpreter died after step {s.steps_done}", "site": None}))
     try:
         with session:
             runpy.run_path(script, run_name="__main__")
@@ -51,9 +66,8 @@ def run_script(script: str, args: list[str], max_steps: int | None, progress: bo
 
 def main(argv: list[str]) -> int:
     out, max_steps, progress, script, *args = argv
-    raw = run_script(script, args, int(max_steps) or None, progress=progress == "1")
-    with open(out, "w") as f:
-        json.dump(raw, f)
+    raw = run_script(script, args, int(max_steps) or None, progress=progress == "1", partial=out + ".partial")
+    _save(out, raw)
     return 0
 
 
