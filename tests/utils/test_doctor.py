@@ -252,6 +252,23 @@ def test_memory_fits_every_card_for_a_small_model(train_report):
     assert all(f["fits"] for f in m["fits"].values())
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "h100"], "unknown card 'h100'"),
+    (["--release", "v0.1"], "unknown torch_musa release 'v0.1'"),
+    (["--max-steps", "-1"], "--max-steps must be 0 (no limit) or a positive number, got -1"),
+])
+def test_cli_bad_input_names_what_is_wrong(tmp_path, capsys, args, message):
+    from torch_musa.utils.doctor.cli import main
+    assert main([*args, write(tmp_path, "t.py", TRAIN)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_missing_script(tmp_path, capsys):
+    from torch_musa.utils.doctor.cli import main
+    assert main([str(tmp_path / "nope.py")]) == 2
+    assert "no such script" in capsys.readouterr().err
+
+
 # ---- the command, in fresh interpreters, and real models ----
 
 def doctor(tmp_path, *args):

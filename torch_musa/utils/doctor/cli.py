@@ -17,7 +17,9 @@ from torch_musa.utils.doctor.report import build
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="musa-doctor", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="musa-doctor", description=(
+        "Run a training script on the host driver under a card's profile for a few steps and report "
+        "whether it runs on MUSA cards and how fast it would be (docs/DOCTOR.md)."))
     p.add_argument("--profile", default="s4000",
                    help=f"the card to report on: {', '.join(cards())} (default s4000)")
     p.add_argument("--max-steps", type=int, default=3,
