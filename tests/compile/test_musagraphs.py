@@ -78,6 +78,11 @@ def test_reduce_overhead_inference_replays_and_matches_eager(replays):
             torch.testing.assert_close(y.cpu(), cpu_model(x))
     assert replays[0] >= 3  # warm-up, then a capture replayed on every call
     assert counters["inductor"]["cudagraph_skips"] == 0
+    from torch_musa._inductor import musagraph_trees
+
+    assert musagraph_trees.get_manager(0, create_if_none_exists=False) is not None
+    torch._dynamo.reset()  # frees musa graphs as it frees CUDA's
+    assert musagraph_trees.get_manager(0, create_if_none_exists=False) is None
 
 
 @pytest.mark.slow

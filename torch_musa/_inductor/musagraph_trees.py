@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -70,7 +71,7 @@ class MUSAGraphTreeManager:
 
     def __init__(self, device_index: int):
         self.device_index = device_index
-        self.functions: list[_Function] = []
+        self.functions: weakref.WeakSet[_Function] = weakref.WeakSet()  # alive while compiled code is
         self.backward_runs = 0  # bumped whenever a backward starts on this device
 
     def set_to_running_backward(self) -> None:
@@ -78,8 +79,9 @@ class MUSAGraphTreeManager:
         self.backward_runs += 1
 
     def shutdown(self) -> None:
-        for fn in self.functions:
+        for fn in list(self.functions):
             fn.captures.clear()
+            fn.eager_reason = fn.eager_reason or "its graphs were reset"
         self.functions.clear()
 
 
@@ -238,7 +240,7 @@ def musagraphify_impl(model: Callable, inputs: list, static_input_idxs: Sequence
     fn = _Function(manager, model, static_input_idxs, is_backward=is_backward,
                    is_inference=is_inference, placeholders=placeholders,
                    mutated_input_idxs=mutated_input_idxs, constants=constants)
-    manager.functions.append(fn)
+    manager.functions.add(fn)
 
     def run(new_inputs: list) -> Any:
         return fn(new_inputs)

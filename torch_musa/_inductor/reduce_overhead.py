@@ -17,7 +17,9 @@ reduce-overhead, so capture records them):
   musa graphs the same message is logged (and counted, where Inductor counts
   nothing) by ``_report_musa_skips``;
 * a backward without graphs after a graphed forward tells the forward's device
-  manager, musa's here (``maybe_handle_backward_generation`` asks CUDA's).
+  manager, musa's here (``maybe_handle_backward_generation`` asks CUDA's); and
+  resetting CUDA's trees (``torch._dynamo.reset()``, a compiled model's reset)
+  resets musa's too.
 """
 from __future__ import annotations
 
@@ -79,6 +81,7 @@ class MusaGraphPolicy(CUDAGraphPolicy):
             return super().cudagraphify(model, example_inputs, static_input_idxs,
                                         device_index=device_index, is_backward=is_backward,
                                         is_inference=is_inference, **kwargs)
+        _reset_musa_trees_too()
         return musagraph_trees.musagraphify(model, static_input_idxs, device_index=device_index,
                                             is_backward=is_backward, is_inference=is_inference,
                                             **kwargs)
@@ -115,9 +118,25 @@ def _backward_generation(compiled_graph, boxed_forward_device_index) -> None:
     return None
 
 
+def _reset_graph_trees() -> None:
+    _STOCK["reset"]()
+    musagraph_trees.reset_musagraph_trees()
+
+
+def _reset_musa_trees_too() -> None:
+    """Once musa graphs exist (CUDA's trees import Inductor's compiler, whose import
+    installs the rest, so they are patched here, when both are loaded)."""
+    if "reset" in _STOCK:
+        return
+    import torch._inductor.cudagraph_trees as cudagraph_trees  # noqa: PLC0415
+
+    _STOCK["reset"] = cudagraph_trees.reset_cudagraph_trees
+    cudagraph_trees.reset_cudagraph_trees = _reset_graph_trees
+
+
 def install() -> None:
     """Answer Inductor's CUDA-graph questions for musa (once; leaves a user's policy)."""
-    if _STOCK:
+    if "device_check" in _STOCK:
         return
     _STOCK["device_check"] = cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
     _STOCK["post_compile"] = output_code.cudagraph_post_compile
