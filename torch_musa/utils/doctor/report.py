@@ -107,10 +107,11 @@ def build(raw: dict, card_key: str = "s4000", release: str | None = None) -> dic
     fallback_here = set(raw["fallback"])
     native_here = set(raw["native_here"])
     ops = []
-    for op, s in raw["ops"].items():
+    # ops that launch kernels first, by calls; views and metadata after them
+    for op, s in sorted(raw["ops"].items(), key=lambda kv: (not kv[1].get("kernel", True), -kv[1]["calls"])):
         ops.append({"op": op, "calls": s["calls"], "dtypes": s["dtypes"], "largest_shape": s["largest_shape"],
-                    "flops": s["flops"], "bytes": s["bytes"], "real_torch_musa": _real(op, release),
-                    "here": _here(op, native_here, fallback_here)})
+                    "flops": s["flops"], "bytes": s["bytes"], "kernel": s.get("kernel", True),
+                    "real_torch_musa": _real(op, release), "here": _here(op, native_here, fallback_here)})
     calls, which = _estimate_step(raw)
     estimates = {k: roofline.estimate(calls, cards()[k]) for k in dict.fromkeys([*MUSA_CARDS, chosen.key])}
     memory = _memory(raw, chosen)

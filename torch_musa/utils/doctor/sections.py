@@ -56,7 +56,8 @@ def sections(r: dict) -> list[Section]:
              o["here"], o["real_torch_musa"]] for o in r["ops"][:TOP_OPS]]
     missing = [o["op"] for o in r["ops"] if o["real_torch_musa"] != "native" and o["real_torch_musa"] == "CPU fallback"]
     out.append(Section(
-        "Ops", [f"{len(r['ops'])} ops dispatched to musa (top {min(TOP_OPS, len(r['ops']))} by calls). "
+        "Ops", [f"{len(r['ops'])} ops dispatched to musa (the first {min(TOP_OPS, len(r['ops']))}: kernels by calls, "
+                "then views and metadata). "
                 f"'real torch_musa': served natively on release {r['release']} or by its CPU fallback "
                 f"({r['release_source']}).",
                 f"this project's CPU fallback served: {', '.join(r['fallback_here']) or 'none'}",
