@@ -10,7 +10,7 @@ from torch_musa.utils.doctor.sections import sections
 
 _STYLE = """body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.15em;border-bottom:1px solid #ccc;margin-top:1.6em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 8px;text-align:left;overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 8px;text-align:left;overflow-wrap:break-word}
 th{background:#f3f3f3}code{font-size:12px}.bad{color:#b00}.ok{color:#070}img{max-width:100%}"""
 
 
