@@ -124,6 +124,19 @@ def test_outputs_held_for_a_pending_backward_are_not_overwritten(replays):
 
 @pytest.mark.slow
 @pytest.mark.requires_host_driver("reduce-overhead's MUSA graphs are the host driver's")
+def test_outputs_the_caller_keeps_are_not_overwritten(replays):
+    model = _mlp().to("musa")
+    f = torch.compile(model, mode="reduce-overhead")
+    xs = [torch.randn(3, 8, device="musa") for _ in range(6)]
+    with torch.no_grad():
+        kept = [f(x) for x in xs]
+        for x, y in zip(xs, kept):
+            torch.testing.assert_close(y, model(x), rtol=0, atol=0)
+    assert replays[0] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.requires_host_driver("reduce-overhead's MUSA graphs are the host driver's")
 def test_cpu_nodes_skip_with_cudas_reason(replays, monkeypatch):
     from torch_musa._inductor import reduce_overhead
 

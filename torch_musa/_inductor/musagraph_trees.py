@@ -8,13 +8,13 @@ and other static inputs are captured in place; a non-static input that the graph
 mutates makes the function run without graphs, with CUDA's skip message.
 
 What is kept from CUDA's trees is their contract, not their machinery: outputs are the
-graph's static memory, overwritten by the next replay of the same graph, except that
-outputs still needed are never overwritten: a training forward's outputs stay
-reserved until a backward runs on the device or a new step begins
-(``mark_step_begin``, or ``torch.compiler.cudagraph_mark_step_begin``), and a forward
-called again meanwhile replays another capture of the same graph (up to
-``MAX_CAPTURES``, then it runs eagerly and warns once). Each capture has its own
-memory pool.
+graph's static memory, handed out as new tensors over it on every call. A capture
+whose outputs are still referenced (by the caller, or saved by autograd for a
+backward that has not run) is not replayed over them: the call replays another
+capture of the same graph, made on demand (up to ``MAX_CAPTURES``, then it runs
+eagerly and warns once), unless a new step has begun since (``mark_step_begin``, or
+``torch.compiler.cudagraph_mark_step_begin``), which lets outputs of earlier steps be
+overwritten, as on CUDA. Each capture has its own memory pool.
 """
 from __future__ import annotations
 
@@ -66,16 +66,16 @@ def _current_step() -> tuple[int, int]:
 
 
 class MUSAGraphTreeManager:
-    """One device's MUSA graphs: the functions wrapped, and which captures' outputs are
-    still reserved for a pending backward."""
+    """One device's MUSA graphs: the compiled functions wrapped for it."""
 
     def __init__(self, device_index: int):
         self.device_index = device_index
         self.functions: weakref.WeakSet[_Function] = weakref.WeakSet()  # alive while compiled code is
-        self.backward_runs = 0  # bumped whenever a backward starts on this device
+        self.backward_runs = 0  # backwards started on this device (CUDA's trees' hook)
 
     def set_to_running_backward(self) -> None:
-        """A backward is running: forward outputs saved for it are free after it."""
+        """A backward is running (Inductor tells CUDA's trees so; here outputs saved for a
+        backward are kept by reference, so this only counts)."""
         self.backward_runs += 1
 
     def shutdown(self) -> None:
@@ -106,9 +106,21 @@ def reset_musagraph_trees() -> None:
 class _Capture:
     """One MUSA graph of a function, with its static inputs and outputs."""
 
-    def __init__(self, graph, inputs: list, outputs: Any, output_ptrs: set[int]):
-        self.graph, self.inputs, self.outputs, self.output_ptrs = graph, inputs, outputs, output_ptrs
-        self.reserved_until: tuple | None = None  # (backward_runs, step) when its outputs free up
+    def __init__(self, graph, inputs: list, outputs: Any):
+        self.graph, self.inputs, self.outputs = graph, inputs, outputs
+        storages = {}
+        for t in _tensors(outputs):
+            storages.setdefault(_storage_ptr(t), t.untyped_storage())
+        self.output_ptrs = set(storages)
+        self.storages = list(storages.values())
+        # references to the output memory held by the capture itself; more: handed-out
+        # outputs are alive
+        self.own_refs = [torch._C._storage_Use_Count(st._cdata) for st in self.storages]
+        self.step: tuple | None = None  # the step of the last replay
+
+    def outputs_alive(self) -> bool:
+        return any(torch._C._storage_Use_Count(st._cdata) > n
+                   for st, n in zip(self.storages, self.own_refs))
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
@@ -154,9 +166,10 @@ class _Function:
             self._check_mutation(inputs)
             self.warmed_up = True
             return self.model(inputs)
-        key = tuple(x if isinstance(x, int) else
-                    (tuple(x.shape), tuple(x.stride()), x.dtype) if isinstance(x, torch.Tensor) else None
-                    for x in inputs)
+        # one set of captures per sizes (static inputs are matched by address below)
+        key = tuple(x if isinstance(x, int) else (x.shape, x.stride())
+                    for i, x in enumerate(inputs)
+                    if isinstance(x, int) or (isinstance(x, torch.Tensor) and i not in self.static))
         captures = self.captures.setdefault(key, [])
         for capture in captures:
             if self._is_free(capture) and self._static_inputs_match(capture, inputs):
@@ -165,20 +178,18 @@ class _Function:
             if not self.warned_full:
                 self.warned_full = True
                 warnings.warn(
-                    f"musa graphs: {MAX_CAPTURES} captures of one compiled graph all hold outputs "
-                    "still reserved for a backward that has not run; running it eagerly. Call "
-                    "torch.compiler.cudagraph_mark_step_begin() before each step if those outputs "
-                    "are no longer needed.", stacklevel=2)
+                    f"musa graphs: the outputs of {MAX_CAPTURES} captures of one compiled graph "
+                    "are all still referenced (kept by the caller or saved for a backward), so "
+                    "it runs eagerly; call torch.compiler.cudagraph_mark_step_begin() before "
+                    "each step if earlier steps' outputs may be overwritten.", stacklevel=2)
             return self.model(inputs)
         capture = self._capture(inputs)
         captures.append(capture)
         return self._replay(capture, inputs)
 
-    def _is_free(self, capture: _Capture) -> bool:
-        if capture.reserved_until is None:
-            return True
-        runs, step = capture.reserved_until
-        return self.manager.backward_runs != runs or _current_step() != step
+    @staticmethod
+    def _is_free(capture: _Capture) -> bool:
+        return capture.step != _current_step() or not capture.outputs_alive()
 
     def _static_inputs_match(self, capture: _Capture, inputs: list) -> bool:
         return all(capture.inputs[i] is None or not isinstance(inputs[i], torch.Tensor)
@@ -197,9 +208,8 @@ class _Function:
         graph = torch.musa.MUSAGraph()
         with torch.musa.device(self.manager.device_index), torch.musa.graph(graph):
             outputs = self.model(list(static_inputs))  # a boxed model empties its argument list
-        ptrs = {_storage_ptr(t) for t in _tensors(outputs)}
         return _Capture(graph, [x if isinstance(x, torch.Tensor) else None for x in static_inputs],
-                        outputs, ptrs)
+                        outputs)
 
     def _replay(self, capture: _Capture, inputs: list) -> Any:
         for i, x in enumerate(inputs):
@@ -210,8 +220,7 @@ class _Function:
                 dst.copy_(x)
         capture.graph.replay()
         inputs.clear()  # boxed calling convention: the callee owns its inputs
-        if not (self.is_backward or self.is_inference):
-            capture.reserved_until = (self.manager.backward_runs, _current_step())
+        capture.step = _current_step()
         # New tensor objects over the static memory each time, as CUDA's trees hand out:
         # autograd gives each call's outputs their own history.
         return [_alias(t) if isinstance(t, torch.Tensor) else t for t in capture.outputs]
