@@ -12,9 +12,12 @@ graph's static memory, handed out as new tensors over it on every call. A captur
 whose outputs are still referenced (by the caller, or saved by autograd for a
 backward that has not run) is not replayed over them: the call replays another
 capture of the same graph, made on demand (up to ``MAX_CAPTURES``, then it runs
-eagerly and warns once), unless a new step has begun since (``mark_step_begin``, or
-``torch.compiler.cudagraph_mark_step_begin``), which lets outputs of earlier steps be
-overwritten, as on CUDA. Each capture has its own memory pool.
+eagerly and warns once), unless a new step has begun since, which lets outputs of
+earlier steps be overwritten, as on CUDA: ``mark_step_begin`` (or
+``torch.compiler.cudagraph_mark_step_begin``), and for a training forward a backward
+run on the device (CUDA's trees end a generation there too; autograd's graph of the
+last step, alive until the next ``loss =``, holds the forward's outputs). Each
+capture has its own memory pool.
 """
 from __future__ import annotations
 
@@ -74,8 +77,7 @@ class MUSAGraphTreeManager:
         self.backward_runs = 0  # backwards started on this device (CUDA's trees' hook)
 
     def set_to_running_backward(self) -> None:
-        """A backward is running (Inductor tells CUDA's trees so; here outputs saved for a
-        backward are kept by reference, so this only counts)."""
+        """A backward is running: training forwards' outputs of this step may be overwritten."""
         self.backward_runs += 1
 
     def shutdown(self) -> None:
@@ -187,9 +189,14 @@ class _Function:
         captures.append(capture)
         return self._replay(capture, inputs)
 
-    @staticmethod
-    def _is_free(capture: _Capture) -> bool:
-        return capture.step != _current_step() or not capture.outputs_alive()
+    def _step(self) -> tuple:
+        step = _current_step()
+        if self.is_backward or self.is_inference:
+            return step
+        return (*step, self.manager.backward_runs)
+
+    def _is_free(self, capture: _Capture) -> bool:
+        return capture.step != self._step() or not capture.outputs_alive()
 
     def _static_inputs_match(self, capture: _Capture, inputs: list) -> bool:
         return all(capture.inputs[i] is None or not isinstance(inputs[i], torch.Tensor)
@@ -220,7 +227,7 @@ class _Function:
                 dst.copy_(x)
         capture.graph.replay()
         inputs.clear()  # boxed calling convention: the callee owns its inputs
-        capture.step = _current_step()
+        capture.step = self._step()
         # New tensor objects over the static memory each time, as CUDA's trees hand out:
         # autograd gives each call's outputs their own history.
         return [_alias(t) if isinstance(t, torch.Tensor) else t for t in capture.outputs]
