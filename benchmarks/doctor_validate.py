@@ -1,8 +1,9 @@
 """Validate musa-doctor's step-time estimate against measured step times.
 
-Run on a machine with an NVIDIA GPU, under the cuda driver, with the GPU's card:
+Run on a machine with an NVIDIA GPU, under the cuda driver (the card comes from the
+GPU's name: H100 -> h100, H200 -> h200; --card overrides it):
 
-    TORCH_MUSA_DRIVER=cuda python benchmarks/doctor_validate.py --card h200
+    TORCH_MUSA_DRIVER=cuda python benchmarks/doctor_validate.py --json RESULTS.json
 
 For GPT-2 small (HF, batch 16 x 1024, bf16 autocast, fused AdamW), ResNet-18
 (HF ResNet, basic blocks, batch 64 x 224^2, bf16 autocast, SGD momentum) and a
@@ -10,7 +11,8 @@ For GPT-2 small (HF, batch 16 x 1024, bf16 autocast, fused AdamW), ResNet-18
 clipped SGD), all on musa: warm up, record one training step with musa-doctor's
 session, estimate it on --card with the roofline model, then time --steps steps
 without the session. Prints estimate, band, measured time and the error per model
-(goal: within +-30 %); --json writes the numbers. ``--small`` shrinks every model
+(goal: within +-30 %), the estimate's device and host parts, the ops that dominate
+it, and GPT-2's recorded FLOPs against 6 x parameters x tokens; --json writes it all. ``--small`` shrinks every model
 so the script runs on the host driver (a smoke test; its times mean nothing).
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 import torch
 
 from torch_musa.utils.doctor import roofline
-from torch_musa.utils.doctor.cards import card
+from torch_musa.utils.doctor.cards import card, cards
 from torch_musa.utils.doctor.session import Session
 
 DEVICE = "musa"
@@ -97,6 +99,30 @@ def measure(step, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def card_of_gpu(name: str) -> str:
+    """The card whose key the GPU's name (``torch.musa.get_device_name()``) contains:
+    "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA H200" -> h200, "MTT S4000" -> s4000."""
+    squeezed = name.lower().replace(" ", "")
+    found = [key for key in cards() if key in squeezed]
+    if len(found) != 1:
+        raise SystemExit(f"no card for the GPU {name!r}: pass --card, one of {', '.join(cards())}")
+    return found[0]
+
+
+def gpt2_flops_check(model_flops: int, small: bool) -> dict:
+    """The 6·N·tokens rule (N counting the tied LM head once) plus attention's
+    12·layers·tokens·seq·width, against the FLOPs the recorder counted."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    batch, seq = (2, 64) if small else (16, 1024)
+    cfg = GPT2Config(n_positions=seq, **({"n_layer": 2, "n_embd": 128, "n_head": 4} if small else {}))
+    with torch.device("meta"):
+        n = sum(p.numel() for p in GPT2LMHeadModel(cfg).parameters()) - cfg.n_positions * cfg.n_embd
+    tokens = batch * seq
+    rule = 6 * n * tokens + 12 * cfg.n_layer * tokens * seq * cfg.n_embd
+    return {"params": n, "tokens": tokens, "rule_flops": rule, "recorded_flops": model_flops,
+            "recorded_over_rule": model_flops / rule}
+
+
 def validate(name: str, card_key: str, small: bool, warmup: int, steps: int) -> dict:
     step = MODELS[name](small)
     for _ in range(warmup):
@@ -105,21 +131,51 @@ def validate(name: str, card_key: str, small: bool, warmup: int, steps: int) -> 
         step()
     e = roofline.estimate(s.ops.steps[0], card(card_key))
     measured = measure(step, steps)
-    return {"model": name, "card": card_key, "estimate_s": e["estimate_s"], "low_s": e["low_s"],
-            "high_s": e["high_s"], "device_s": e["device_s"], "host_s": e["host_s"], "measured_s": measured,
-            "error": e["estimate_s"] / measured - 1, "in_band": e["low_s"] <= measured <= e["high_s"],
-            "top_ops": [(o["op"], round(o["time_s"] * 1e3, 3)) for o in e["ops"][:5]]}
+    calls = s.ops.steps[0]
+    r = {"model": name, "card": card_key, "estimate_s": e["estimate_s"], "low_s": e["low_s"],
+         "high_s": e["high_s"], "device_s": e["device_s"], "host_s": e["host_s"], "measured_s": measured,
+         "error": e["estimate_s"] / measured - 1, "in_band": e["low_s"] <= measured <= e["high_s"],
+         "flops": e["flops"], "bytes": e["bytes"],
+         "launching_ops": sum(c.kind != "view" for c in calls), "view_ops": sum(c.kind == "view" for c in calls),
+         "layouts": {k: sum(c.layout == k for c in calls) for k in ("unaligned", "channels_first")},
+         "model_text": e["model"],
+         "top_ops": [{"op": o["op"], "calls": o["calls"], "ms": round(o["time_s"] * 1e3, 3),
+                      "gflop": round(o["flops"] / 1e9, 1), "mb": round(o["bytes"] / 1e6, 1),
+                      "compute_bound_calls": o["compute_bound"]} for o in e["ops"][:12]]}
+    if name == "gpt2-small":
+        r["flops_check"] = gpt2_flops_check(e["flops"], small)
+    return r
+
+
+def show(r: dict) -> None:
+    """The estimate's parts, for diagnosing a miss."""
+    print(f"    device {r['device_s'] * 1e3:.2f} ms, host {r['host_s'] * 1e3:.2f} ms "
+          f"({r['launching_ops']} launching ops, {r['view_ops']} views), measured {r['measured_s'] * 1e3:.2f} ms; "
+          f"{r['flops'] / 1e12:.2f} TFLOP, {r['bytes'] / 1e9:.2f} GB; layouts {r['layouts']}")
+    for o in r["top_ops"][:8]:
+        print(f"      {o['op']:<40} {o['calls']:>5} calls {o['ms']:>9.3f} ms  {o['gflop']:>9.1f} GFLOP "
+              f"{o['mb']:>9.1f} MB")
+    if "flops_check" in r:
+        f = r["flops_check"]
+        print(f"    FLOPs recorded {f['recorded_flops'] / 1e12:.2f} T vs 6*N*tokens + attention "
+              f"{f['rule_flops'] / 1e12:.2f} T (N={f['params'] / 1e6:.1f} M): x{f['recorded_over_rule']:.3f}")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--card", default="h200", help="the card whose peaks the estimate uses (default h200)")
+    p.add_argument("--card", help="the card whose peaks the estimate uses (default: the GPU's own, by name)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--small", action="store_true", help="tiny models, for the host driver")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
+    gpu = torch.musa.get_device_name()
+    if a.card is None:
+        a.card = card_of_gpu(gpu)
+    card(a.card)        # an unknown --card stops here, naming the known ones
+    print(f"GPU: {gpu}; card: {a.card} ({card(a.card).name}, {card(a.card).bandwidth_gbs:g} GB/s, "
+          f"bf16 {card(a.card).tflops.get('bf16')} TFLOPS)")
     rows = []
     print(f"{'model':<12} {'estimate':>10} {'band':>21} {'measured':>10} {'error':>8}  bound")
     for name in a.models.split(","):
@@ -131,11 +187,12 @@ def main(argv=None) -> int:
         band = f"{r['low_s'] * 1e3:.2f}-{r['high_s'] * 1e3:.2f}ms"
         print(f"{name:<12} {r['estimate_s'] * 1e3:>8.2f}ms {band:>21} {r['measured_s'] * 1e3:>8.2f}ms "
               f"{r['error'] * 100:>+7.1f}%  {bound}", flush=True)
+        show(r)
     worst = max(abs(r["error"]) for r in rows)
     print(f"largest error {worst * 100:.1f} % (goal: within 30 %) on {a.card}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"gpu": gpu, "card": a.card, "torch": torch.__version__, "rows": rows}, f, indent=1)
     return 0
 
 

@@ -192,10 +192,45 @@ def test_roofline_takes_the_dtypes_peak_and_the_bandwidth():
     conv = roofline.estimate([("aten::convolution", "float32", flops, 0, "matmul")], s4000)
     assert conv["device_s"] == pytest.approx(flops / (50e12 * roofline.COMPUTE_EFFICIENCY))   # TF32
     views = roofline.estimate([("aten::view", "float32", 0, 0, "view")] * 5, s4000)
-    assert views["estimate_s"] == 0
+    assert views["device_s"] == 0 and views["estimate_s"] == pytest.approx(5 * roofline.HOST_VIEW_S)
     many = roofline.estimate([("aten::relu", "float32", 0, 64, "memory")] * 100, s4000)
     assert many["estimate_s"] == pytest.approx(100 * roofline.HOST_S) and many["bound"].startswith("host")
 
+
+
+def test_roofline_prices_layouts_and_extra_passes():
+    h100 = card("h100")
+    flops, moved = 2 * 16384 * 768 * 50257, 10 << 30
+    plain = roofline.estimate([("aten::mm", "bfloat16", flops, 0, "matmul", "")], h100)
+    unaligned = roofline.estimate([("aten::mm", "bfloat16", flops, 0, "matmul", "unaligned")], h100)
+    assert unaligned["device_s"] / plain["device_s"] == pytest.approx(
+        roofline.COMPUTE_EFFICIENCY / roofline.UNALIGNED_EFFICIENCY)
+    bn = roofline.estimate([("aten::native_batch_norm", "float32", 0, moved, "memory")], h100)
+    add = roofline.estimate([("aten::add.Tensor", "float32", 0, moved, "memory")], h100)
+    assert bn["device_s"] == pytest.approx(1.5 * add["device_s"])
+    nhwc = roofline.estimate([("aten::convolution", "bfloat16", flops, moved, "matmul", "")], h100)
+    nchw = roofline.estimate([("aten::convolution", "bfloat16", flops, moved, "matmul", "channels_first")], h100)
+    assert nchw["device_s"] - nhwc["device_s"] == pytest.approx(
+        moved * roofline.TRANSPOSE_PASSES / (3350e9 * roofline.MEMORY_EFFICIENCY))
+    rgb = roofline.estimate([("aten::convolution", "bfloat16", flops, 0, "matmul", "unaligned")], h100)
+    assert rgb["device_s"] == pytest.approx(flops / (66.9e12 * roofline.COMPUTE_EFFICIENCY))    # FP32 peak
+
+
+def test_recorder_notes_unaligned_matmuls_and_nchw_convolutions():
+    with Session([os.path.dirname(__file__)], steps_from_optimizer=False) as s:
+        a = torch.randn(8, 64, device="musa", dtype=torch.bfloat16)
+        a @ torch.randn(64, 64, device="musa", dtype=torch.bfloat16)
+        a @ torch.randn(64, 50257 % 64, device="musa", dtype=torch.bfloat16)
+        a.float() @ torch.randn(64, 17, device="musa")
+        x = torch.randn(2, 8, 6, 6, device="musa", dtype=torch.bfloat16)
+        w = torch.randn(8, 8, 3, 3, device="musa", dtype=torch.bfloat16)
+        torch.nn.functional.conv2d(x, w)
+        torch.nn.functional.conv2d(x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last))
+        torch.nn.functional.conv2d(x[:, :3], w[:, :3])       # an RGB input's 3 channels
+    mms = [c.layout for c in s.ops.steps[0] if c.op == "aten::mm"]
+    convs = [c.layout for c in s.ops.steps[0] if c.op.startswith("aten::convolution")]
+    assert mms == ["", "unaligned", ""]         # fp32 GEMMs have no tensor-core alignment rule here
+    assert convs == ["channels_first", "", "unaligned channels_first"]
 
 def test_unpublished_peaks_are_stated_assumptions():
     table, said = roofline.peaks(card("s80"))
@@ -209,8 +244,9 @@ def test_cards_join_the_profiles():
     assert card("MTT S80").unsupported_dtypes == [torch.bfloat16, torch.float64, torch.complex128]
     assert card("s4000").memory_bytes == 48 << 30
     assert card("h200").profile == "s5000" and not card("h200").is_musa
-    with pytest.raises(ValueError, match="unknown card 'h100'.*s80.*s4000"):
-        card("h100")
+    assert card("H100").bandwidth_gbs == 3350 and card("h100").tflops["bf16"] == 989.4
+    with pytest.raises(ValueError, match="unknown card 'a100'.*s80.*s4000.*h100"):
+        card("a100")
     assert all(c.source and c.date for c in cards().values())
 
 
@@ -253,7 +289,7 @@ def test_memory_fits_every_card_for_a_small_model(train_report):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--profile", "h100"], "unknown card 'h100'"),
+    (["--profile", "a100"], "unknown card 'a100': musa-doctor knows s80, s4000, s5000, h200, h100"),
     (["--release", "v0.1"], "unknown torch_musa release 'v0.1'"),
     (["--max-steps", "-1"], "--max-steps must be 0 (no limit) or a positive number, got -1"),
 ])

@@ -86,6 +86,37 @@ class Call(NamedTuple):
     bytes: int
     kind: str      # "matmul" (has a FLOP formula), "memory", "view" (no kernel: views, metadata,
                    # allocation), "transfer" (host<->device)
+    layout: str = ""   # space-separated notes: "unaligned" (a 16-bit matmul with a row, or a 16-bit
+                       # convolution with a channel count, not a multiple of 16 bytes),
+                       # "channels_first" (a 16-bit convolution on NCHW tensors); "" otherwise
+
+
+_MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+_CONVOLUTIONS = {"aten::convolution", "aten::convolution_backward", "aten::_convolution",
+                 "aten::convolution_overrideable", "aten::convolution_backward_overrideable"}
+
+
+def _layout(name: str, ins: list, outs: list) -> str:
+    """What the GPU's libraries do differently for this call's tensor layout: tensor-core
+    GEMMs need every row (the leading dimension's stride) to start on a 16-byte boundary,
+    else cuBLAS takes a slower kernel; cuDNN's tensor-core convolutions need channel counts
+    of 16 bytes' multiples too, and work in NHWC (NCHW tensors are transposed around them)."""
+    base = name.split(".")[0]
+    tensors = [t for t in ins + outs if t.dim() >= 2]
+    if not tensors or tensors[0].element_size() != 2:
+        return ""
+    if base in _MATMULS:
+        rows = [st for t in tensors for n, st in zip(t.shape[-2:], t.stride()[-2:]) if n > 1 and st != 1]
+        return "unaligned" if any(st * 2 % 16 for st in rows) else ""
+    if base in _CONVOLUTIONS:
+        acts = [t for t in tensors if t.dim() == 4]
+        notes = []
+        if any(t.shape[1] * 2 % 16 for t in acts):
+            notes.append("unaligned")
+        if acts and not acts[0].is_contiguous(memory_format=torch.channels_last):
+            notes.append("channels_first")
+        return " ".join(notes)
+    return ""
 
 
 class OpRecorder(TorchDispatchMode):
@@ -168,6 +199,7 @@ class OpRecorder(TorchDispatchMode):
                 kind = "transfer"
             else:
                 kind = "matmul" if flops else "memory"
+        layout = _layout(name, ins, outs) if kind == "matmul" else ""
         if torch.is_autocast_enabled("musa"):
             self.autocast_dtypes.add(_dtype_name(torch.get_autocast_dtype("musa")))
         s = self.stats.get(name)
@@ -185,7 +217,7 @@ class OpRecorder(TorchDispatchMode):
         for d in {_dtype_name(t.dtype) for t in ins + outs}:
             key = (d, site)
             s.sites[key] = s.sites.get(key, 0) + 1
-        self.steps[-1].append(Call(name, dtype, flops, moved, kind))
+        self.steps[-1].append(Call(name, dtype, flops, moved, kind, layout))
         for cb in self.on_op:
             cb(name)
 
