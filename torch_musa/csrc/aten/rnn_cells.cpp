@@ -1,7 +1,7 @@
 // The fused LSTM/GRU cells on musa.
 //
 // at::lstm/gru/lstm_cell/gru_cell take the fused-cell path for any PrivateUse1
-// input (aten/src/ATen/native/RNN.cpp), and PyTorch ships
+// input (PyTorch's native/RNN.cpp), and PyTorch ships
 // _thnn_fused_lstm_cell/_thnn_fused_gru_cell and their backwards for CUDA only.
 // These follow the CUDA kernels' semantics (pointwise math in the accumulate
 // type, float for half/bfloat16) and workspace layouts, so the autograd formulas

@@ -3,7 +3,7 @@
 //
 // at::rnn_tanh/rnn_relu/lstm/gru are composite: every step is a dispatched op.
 // Their layers (FullLayer, FullBidirectionalLayer, PackedLayer in
-// aten/src/ATen/native/RNN.cpp) project the whole sequence's inputs in one matmul
+// PyTorch's native/RNN.cpp) project the whole sequence's inputs in one matmul
 // *only if the input is on the CPU*; any other device projects each step's rows
 // separately, two more matmuls per step forward and backward, and as many
 // weight-gradient accumulations. The two are equal in exact arithmetic, but MKL
@@ -26,9 +26,12 @@
 #include <ATen/ops/lstm_native.h>
 #include <ATen/ops/rnn_relu_native.h>
 #include <ATen/ops/rnn_tanh_native.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace torch_musa {
@@ -110,6 +113,134 @@ struct LstmCell {
   }
 };
 
+// An LSTM direction without projections over a whole padded sequence, as one
+// autograd node. Autograd through the steps records two matmuls per step, whose
+// backward makes a [hidden, 4*hidden] weight gradient from `batch` rows at every
+// step and accumulates it; here the steps run under no_grad and the backward
+// computes the recurrent weight's gradient in one matmul over all steps (as
+// oneDNN's LSTM does on the CPU device), the cells' backward being the fused one.
+// Under create_graph the backward differentiates the steps themselves instead
+// (recomputed from the saved inputs, so higher derivatives reach them).
+struct LstmSequence : torch::autograd::Function<LstmSequence> {
+  using Ctx = torch::autograd::AutogradContext;
+  using List = torch::autograd::variable_list;
+
+  // No biases: empty tensors stand in (an autograd node's inputs are defined tensors).
+  static std::optional<Tensor> opt(const Tensor& t) {
+    return t.defined() && t.numel() > 0 ? std::optional<Tensor>(t) : std::nullopt;
+  }
+
+  // The steps (differentiable when grad mode is on): outputs [T, B, H], hN, cN;
+  // `cs`/`workspaces` collect each step's cell state and workspace if given.
+  static List steps(const Tensor& projected, const Tensor& h0, const Tensor& c0, const Tensor& w_hh,
+                    const Tensor& b_ih, const Tensor& b_hh, bool reverse,
+                    std::vector<Tensor>* cs = nullptr, std::vector<Tensor>* workspaces = nullptr) {
+    const int64_t T = projected.size(0);
+    const auto inputs = projected.unbind(0);
+    std::vector<Tensor> hs(T);
+    Tensor h = h0, c = c0;
+    const Tensor w_t = w_hh.t();
+    for (int64_t k = 0; k < T; ++k) {
+      const int64_t t = reverse ? T - 1 - k : k;
+      auto [hy, cy, ws] =
+          at::_thnn_fused_lstm_cell(inputs[t], at::mm(h, w_t), c, opt(b_ih), opt(b_hh));
+      hs[t] = h = hy;
+      c = cy;
+      if (cs) (*cs)[t] = cy, (*workspaces)[t] = ws;
+    }
+    return {at::stack(hs, 0), h, c};
+  }
+
+  static List forward(Ctx* ctx, const Tensor& projected, const Tensor& h0, const Tensor& c0,
+                      const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
+    const int64_t T = projected.size(0);
+    std::vector<Tensor> cs(T), workspaces(T);
+    List out = steps(projected, h0, c0, w_hh, b_ih, b_hh, reverse, &cs, &workspaces);
+    ctx->save_for_backward({projected, h0, c0, w_hh, b_ih, b_hh});
+    // Each step's incoming h, in time order (the output itself may be transposed in place).
+    std::vector<Tensor> h_prev(T);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t before = reverse ? t + 1 : t - 1;
+      h_prev[t] = before < 0 || before >= T ? h0 : out[0][before];
+    }
+    ctx->saved_data["h_prev"] = at::stack(h_prev, 0);
+    ctx->saved_data["cs"] = std::move(cs);  // kept as the steps made them: no copies
+    ctx->saved_data["workspaces"] = std::move(workspaces);
+    ctx->saved_data["reverse"] = reverse;
+    return out;
+  }
+
+  static List backward(Ctx* ctx, List grads) {
+    const List saved = ctx->get_saved_variables();
+    const Tensor &projected = saved[0], &h0 = saved[1], &c0 = saved[2], &w_hh = saved[3],
+                 &b_ih = saved[4], &b_hh = saved[5];
+    const bool reverse = ctx->saved_data["reverse"].toBool();
+    if (at::GradMode::is_enabled()) return differentiate_steps(ctx, saved, grads, reverse);
+    const std::vector<Tensor> cs = ctx->saved_data["cs"].toTensorVector();
+    const std::vector<Tensor> workspaces = ctx->saved_data["workspaces"].toTensorVector();
+    const Tensor h_prev = ctx->saved_data["h_prev"].toTensor();
+    const int64_t T = projected.size(0);
+    const bool has_bias = opt(b_ih).has_value();
+    const std::vector<Tensor> grad_out = grads[0].defined() ? grads[0].unbind(0) : std::vector<Tensor>();
+    Tensor gh = grads[1], gc = grads[2];
+    std::vector<Tensor> grad_gates(T);
+    for (int64_t k = 0; k < T; ++k) {  // the forward's steps, last first
+      const int64_t t = reverse ? k : T - 1 - k;
+      const int64_t before = reverse ? t + 1 : t - 1;  // the step that fed this one
+      const bool first = before < 0 || before >= T;
+      // The gradient at this step's h: the output's, plus what reached hN or the next step.
+      Tensor g = k > 0 || grad_out.empty() ? gh
+                 : gh.defined()            ? at::add(grad_out[t], gh)
+                                           : grad_out[t];
+      auto [gates, grad_cx, grad_bias] = at::_thnn_fused_lstm_cell_backward_impl(
+          opt(g), opt(gc), first ? c0 : cs[before], cs[t], workspaces[t], has_bias);
+      if (!gates.defined()) {  // nothing reached this step yet
+        gates = at::zeros_like(workspaces[t]);
+        grad_cx = at::zeros_like(c0);
+      }
+      grad_gates[t] = gates;
+      // Through hgates = h @ w_hh^T to the h that fed this step, with that step's output
+      // gradient added in the same matmul.
+      gh = first || grad_out.empty() ? at::mm(gates, w_hh) : at::addmm(grad_out[before], gates, w_hh);
+      gc = grad_cx;
+    }
+    const Tensor all_gates = at::stack(grad_gates, 0);
+    const Tensor grad_w_hh =
+        at::mm(all_gates.flatten(0, 1).t(), h_prev.flatten(0, 1));
+    const Tensor grad_b = has_bias ? at::sum(all_gates, {0, 1}) : Tensor();
+    return {all_gates, gh, gc, grad_w_hh, grad_b, grad_b, Tensor()};
+  }
+
+  static List differentiate_steps(Ctx* ctx, const List& saved, const List& grads, bool reverse) {
+    List wrt;
+    std::vector<size_t> at_index;
+    for (size_t i = 0; i < 6; ++i)
+      if (saved[i].numel() > 0 && ctx->needs_input_grad(i)) wrt.push_back(saved[i]), at_index.push_back(i);
+    const List out = steps(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], reverse);
+    List outs, grad_outs;
+    for (size_t i = 0; i < 3; ++i)
+      if (grads[i].defined()) outs.push_back(out[i]), grad_outs.push_back(grads[i]);
+    List result(7);
+    if (outs.empty() || wrt.empty()) return result;
+    const List got = torch::autograd::grad(outs, wrt, grad_outs, /*retain_graph=*/true,
+                                           /*create_graph=*/true, /*allow_unused=*/true);
+    for (size_t j = 0; j < got.size(); ++j) result[at_index[j]] = got[j];
+    return result;
+  }
+};
+
+// The LSTM sequence node applies where the padded layers step a whole sequence.
+bool whole_sequence_lstm(const Params& p) { return !p.w_hr.defined(); }
+
+std::pair<Tensor, State> lstm_sequence(const Tensor& projected, const State& s, const Params& p,
+                                       bool reverse) {
+  TORCH_CHECK(projected.size(0) > 0, "Expected sequence length to be larger than 0 in RNN");
+  const Tensor none = p.b_ih ? Tensor() : at::empty({0}, p.w_hh.options());
+  auto out = LstmSequence::apply(projected, s.h, s.c, p.w_hh, p.b_ih.value_or(none),
+                                 p.b_hh.value_or(none), reverse);
+  return {out[0], {out[1], out[2]}};
+}
+
 struct GruCell {
   static Tensor project(const Tensor& x, const Params& p) { return project_bare(x, p); }
   static State step(const Tensor& x, const State& s, const Params& p) {
@@ -124,6 +255,8 @@ using LayerOut = std::pair<Tensor, std::vector<State>>;  // output, final state 
 // FullLayer over the whole sequence, the inputs projected in one matmul.
 template <class Cell>
 std::pair<Tensor, State> full_layer(const Tensor& x, State state, const Params& p) {
+  if constexpr (std::is_same_v<Cell, LstmCell>)
+    if (whole_sequence_lstm(p)) return lstm_sequence(Cell::project(x, p), state, p, false);
   const auto projected = Cell::project(x, p).unbind(0);
   std::vector<Tensor> outputs;
   outputs.reserve(projected.size());
@@ -138,6 +271,11 @@ std::pair<Tensor, State> full_layer(const Tensor& x, State state, const Params& 
 template <class Cell>
 LayerOut bidirectional_layer(const Tensor& x, const State* states, const Params* ps) {
   auto [forward, fw_final] = full_layer<Cell>(x, states[0], ps[0]);
+  if constexpr (std::is_same_v<Cell, LstmCell>)
+    if (whole_sequence_lstm(ps[1])) {
+      auto [backward, rev_final] = lstm_sequence(Cell::project(x, ps[1]), states[1], ps[1], true);
+      return {at::cat({forward, backward}, forward.dim() - 1), {fw_final, rev_final}};
+    }
   const auto projected = Cell::project(x, ps[1]).unbind(0);
   std::vector<Tensor> outputs(projected.size());
   State state = states[1];
