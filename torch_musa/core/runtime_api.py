@@ -116,8 +116,9 @@ _ERROR_TEXT = {
 
 class _HostMusart:
     """What ``torch.cuda.cudart()`` offers, for the host driver: device memory is
-    host RAM, so registering host memory has nothing to pin and succeeds, and the
-    profiler calls succeed with no external profiler attached, as CUDA's do."""
+    host RAM, so registering host memory only records the range (``is_pinned`` then
+    says True, as CUDA's does), and the profiler calls succeed with no external
+    profiler attached, as CUDA's do."""
 
     musaError = _MusaErrorCode
 
@@ -133,29 +134,23 @@ class _HostMusart:
     def musaProfilerStop() -> _MusaErrorCode:  # noqa: N802
         return _MusaErrorCode.success
 
-    # The registered ranges (start -> size), so that the answers are the runtime's:
-    # a range overlapping a registered one is already registered, and only a
-    # registered start can be unregistered.
-    _registered: dict[int, int] = {}
-    _registered_lock = threading.Lock()
-
-    @classmethod
-    def musaHostRegister(cls, ptr: int, size: int, flags: int) -> _MusaErrorCode:  # noqa: N802
+    # The runtime keeps the registered ranges (so that is_pinned sees them): a range
+    # overlapping a registered one is already registered, and only a registered start
+    # can be unregistered.
+    @staticmethod
+    def musaHostRegister(ptr: int, size: int, flags: int) -> _MusaErrorCode:  # noqa: N802
         if not ptr or size <= 0:
             return _MusaErrorCode.invalidValue
-        with cls._registered_lock:
-            if any(start < ptr + size and ptr < start + n for start, n in cls._registered.items()):
-                return _MusaErrorCode.hostMemoryAlreadyRegistered
-            cls._registered[int(ptr)] = int(size)
+        if not _C._host_register(int(ptr), int(size)):
+            return _MusaErrorCode.hostMemoryAlreadyRegistered
         return _MusaErrorCode.success
 
-    @classmethod
-    def musaHostUnregister(cls, ptr: int) -> _MusaErrorCode:  # noqa: N802
+    @staticmethod
+    def musaHostUnregister(ptr: int) -> _MusaErrorCode:  # noqa: N802
         if not ptr:
             return _MusaErrorCode.invalidValue
-        with cls._registered_lock:
-            if cls._registered.pop(int(ptr), None) is None:
-                return _MusaErrorCode.hostMemoryNotRegistered
+        if not _C._host_unregister(int(ptr)):
+            return _MusaErrorCode.hostMemoryNotRegistered
         return _MusaErrorCode.success
 
     @staticmethod
