@@ -90,13 +90,32 @@ def lstm_lm(small: bool):
 MODELS = {"gpt2-small": gpt2, "resnet18": resnet18, "lstm-lm": lstm_lm}
 
 
-def measure(step, steps: int) -> float:
+def measure(step, steps: int) -> tuple[float, float]:
+    """Seconds per step, and the host's share: the time to issue the steps before the
+    final synchronize (the whole time when the host is the bound)."""
     torch.musa.synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
+    issued = time.perf_counter() - t0
     torch.musa.synchronize()
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, issued / steps
+
+
+def profile_table(step, path: str) -> None:
+    """torch.profiler's tables of two steps: CPU time per op (the host cost the model
+    prices at HOST_S) and device time per kernel."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        for _ in range(2):
+            step()
+        torch.musa.synchronize()
+    ka = prof.key_averages()
+    with open(path, "w") as f:
+        f.write(ka.table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+        if len(activities) > 1:
+            f.write(ka.table(sort_by="self_device_time_total", row_limit=30) + "\n")
 
 
 def card_of_gpu(name: str) -> str:
@@ -110,30 +129,34 @@ def card_of_gpu(name: str) -> str:
 
 
 def gpt2_flops_check(model_flops: int, small: bool) -> dict:
-    """The 6·N·tokens rule (N counting the tied LM head once) plus attention's
-    12·layers·tokens·seq·width, against the FLOPs the recorder counted."""
+    """The 6·N·tokens rule (N without the position table, the tied LM head counted once)
+    plus attention's 14·layers·tokens·seq·width (the forward's two products, the
+    backward's five), against the FLOPs the recorder counted."""
     from transformers import GPT2Config, GPT2LMHeadModel
     batch, seq = (2, 64) if small else (16, 1024)
     cfg = GPT2Config(n_positions=seq, **({"n_layer": 2, "n_embd": 128, "n_head": 4} if small else {}))
     with torch.device("meta"):
         n = sum(p.numel() for p in GPT2LMHeadModel(cfg).parameters()) - cfg.n_positions * cfg.n_embd
     tokens = batch * seq
-    rule = 6 * n * tokens + 12 * cfg.n_layer * tokens * seq * cfg.n_embd
+    rule = 6 * n * tokens + 14 * cfg.n_layer * tokens * seq * cfg.n_embd
     return {"params": n, "tokens": tokens, "rule_flops": rule, "recorded_flops": model_flops,
             "recorded_over_rule": model_flops / rule}
 
 
-def validate(name: str, card_key: str, small: bool, warmup: int, steps: int) -> dict:
+def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, profile_dir: str | None) -> dict:
     step = MODELS[name](small)
     for _ in range(warmup):
         step()
     with Session([os.path.dirname(os.path.abspath(__file__))], steps_from_optimizer=False) as s:
         step()
     e = roofline.estimate(s.ops.steps[0], card(card_key))
-    measured = measure(step, steps)
+    measured, issued = measure(step, steps)
+    if profile_dir:
+        profile_table(step, os.path.join(profile_dir, f"doctor_validate_{name}_profile.txt"))
     calls = s.ops.steps[0]
     r = {"model": name, "card": card_key, "estimate_s": e["estimate_s"], "low_s": e["low_s"],
          "high_s": e["high_s"], "device_s": e["device_s"], "host_s": e["host_s"], "measured_s": measured,
+         "issued_s": issued,
          "error": e["estimate_s"] / measured - 1, "in_band": e["low_s"] <= measured <= e["high_s"],
          "flops": e["flops"], "bytes": e["bytes"],
          "launching_ops": sum(c.kind != "view" for c in calls), "view_ops": sum(c.kind == "view" for c in calls),
@@ -150,7 +173,8 @@ def validate(name: str, card_key: str, small: bool, warmup: int, steps: int) -> 
 def show(r: dict) -> None:
     """The estimate's parts, for diagnosing a miss."""
     print(f"    device {r['device_s'] * 1e3:.2f} ms, host {r['host_s'] * 1e3:.2f} ms "
-          f"({r['launching_ops']} launching ops, {r['view_ops']} views), measured {r['measured_s'] * 1e3:.2f} ms; "
+          f"({r['launching_ops']} launching ops, {r['view_ops']} views), measured {r['measured_s'] * 1e3:.2f} ms "
+          f"(host issued it in {r['issued_s'] * 1e3:.2f} ms); "
           f"{r['flops'] / 1e12:.2f} TFLOP, {r['bytes'] / 1e9:.2f} GB; layouts {r['layouts']}")
     for o in r["top_ops"][:8]:
         print(f"      {o['op']:<40} {o['calls']:>5} calls {o['ms']:>9.3f} ms  {o['gflop']:>9.1f} GFLOP "
@@ -169,6 +193,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--small", action="store_true", help="tiny models, for the host driver")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--profile-dir", help="also write torch.profiler tables of two steps per model here")
     a = p.parse_args(argv)
     gpu = torch.musa.get_device_name()
     if a.card is None:
@@ -181,7 +206,7 @@ def main(argv=None) -> int:
     for name in a.models.split(","):
         if name not in MODELS:
             sys.exit(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
-        r = validate(name, a.card, a.small, a.warmup, a.steps)
+        r = validate(name, a.card, a.small, a.warmup, a.steps, a.profile_dir)
         rows.append(r)
         bound = "host" if r["host_s"] > r["device_s"] else "device"
         band = f"{r['low_s'] * 1e3:.2f}-{r['high_s'] * 1e3:.2f}ms"
