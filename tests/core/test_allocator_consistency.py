@@ -17,6 +17,8 @@ def check_books():
     stats = torch.musa.memory_stats()
     inactive = inactive_bytes = allocated = 0
     for seg in torch.musa.memory_snapshot():
+        if seg["device"] != torch.musa.current_device():
+            continue  # the statistics are the current device's; the snapshot has every device's
         blocks = seg["blocks"]
         assert sum(b["size"] for b in blocks) == seg["total_size"], seg
         for left, right in zip(blocks, blocks[1:]):
