@@ -364,3 +364,16 @@ def test_cli_on_real_models_written_for_cuda(tmp_path, script, must_have):
     e = r["estimates"]["s4000"]
     assert e["estimate_s"] > 0 and e["flops"] > 0
     assert all(v["ok"] for v in r["verdicts"].values())
+
+
+@pytest.mark.slow
+def test_importing_the_doctor_leaves_cuda_compat_off(subpython):
+    # Importing torch_musa.cuda_compat turns it on (it patches torch.cuda and torch.amp):
+    # the doctor turns it on only in the script's own interpreter.
+    r = subpython("""
+        import sys, torch, torch_musa
+        import torch_musa.utils.doctor, torch_musa.utils.doctor.session, torch_musa.utils.doctor.report
+        print("torch_musa.cuda_compat" in sys.modules, torch.cuda.is_available())
+    """, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["False", "False"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from torch_musa import cuda_compat
+from torch_musa.cuda_mapping import review_items
 from torch_musa.utils.doctor.frames import UserCode
 from torch_musa.utils.musa_converter import convert_source
 
@@ -30,7 +30,9 @@ class CudaApiRecorder:
         self._saved: list = []
 
     def __enter__(self):
-        if not cuda_compat.is_enabled():
+        # Importing torch_musa.cuda_compat turns it on: ask only where it was imported.
+        compat = sys.modules.get("torch_musa.cuda_compat")
+        if compat is None or not compat.is_enabled():
             return self
         targets = [(torch.cuda, n) for n, v in vars(torch.cuda).items()
                    if not n.startswith("_") and inspect.isfunction(v)]
@@ -63,7 +65,7 @@ class CudaApiRecorder:
 
 def converter_review(files: list[str]) -> dict:
     """What musa-converter says about ``files``: rewrites per rule and lines to review."""
-    titles = {i["id"]: i["title"] for i in cuda_compat.limitations()}
+    titles = {i.id: i.title for i in review_items()}
     rewrites: Counter = Counter()
     review = []
     for f in files:
