@@ -13,23 +13,29 @@ pytestmark = [pytest.mark.slow,
 
 
 class Net(nn.Module):
-    """A convolution, a LayerNorm, an MLP with GELU, a softmax: extern and fused kernels."""
+    """A convolution, BatchNorm (buffers), a LayerNorm, an MLP with GELU, a softmax:
+    extern and fused kernels."""
 
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.norm = nn.LayerNorm(4 * 5 * 5)
-        self.fc1 = nn.Linear(4 * 5 * 5, 16)
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = nn.BatchNorm2d(16)  # over 8 channels: its buffers are not inlined
+        self.norm = nn.LayerNorm(16 * 5 * 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 16)
         self.fc2 = nn.Linear(16, 6)
 
     def forward(self, x):
-        h = torch.relu(self.conv(x)).flatten(1)
+        h = torch.relu(self.bn(self.conv(x))).flatten(1)
         return torch.softmax(self.fc2(nn.functional.gelu(self.fc1(self.norm(h)))), dim=1), h
 
 
 def _model_and_input():
     torch.manual_seed(0)
-    return Net().eval(), torch.randn(2, 3, 5, 5)
+    net = Net().eval()
+    with torch.no_grad():  # statistics that are not the identity
+        net.bn.running_mean.uniform_(-0.5, 0.5)
+        net.bn.running_var.uniform_(0.5, 2.0)
+    return net, torch.randn(2, 3, 5, 5)
 
 
 @pytest.fixture(scope="module")

@@ -85,16 +85,25 @@ def _fake_on(x, kind: str, fake_mode):
         return base.as_strided(x.size(), x.stride(), x.storage_offset())
 
 
+def _is_real_musa(value) -> bool:
+    return _is_musa(value) and not isinstance(value, FakeTensor)
+
+
 def _alias_constants(gm: torch.fx.GraphModule) -> None:
     """Replaces the musa tensors the graph reads as attributes (an exported or frozen
-    graph's parameters, buffers and constants) by kernel-device aliases of them."""
+    graph's parameters, buffers and constants) by kernel-device aliases of them, and
+    the copies of buffers' first values that AOTInductor keeps in ``gm.meta`` (which
+    it compiles into the model in their place)."""
+    for key, value in gm.meta.items():
+        if _is_real_musa(value):
+            gm.meta[key] = _C._kernel_alias(value)
     for node in gm.graph.find_nodes(op="get_attr"):
         *path, name = node.target.split(".")
         owner = gm
         for part in path:
             owner = getattr(owner, part)
         value = getattr(owner, name)
-        if not _is_musa(value) or isinstance(value, FakeTensor):
+        if not _is_real_musa(value):
             continue
         alias = _C._kernel_alias(value.detach())
         if name in owner._parameters:
