@@ -60,31 +60,32 @@ def test_dynamo_device_interface():
     assert dict(musa_dynamo.get_registered_device_interfaces())["musa"] is MusaInterface
 
 
-def test_aoti_loaders_refuse_musa_and_delegate_cpu(monkeypatch, tmp_path):
+def test_aoti_loaders_delegate_to_torch_with_the_device_index(monkeypatch, tmp_path):
     import torch._export
     import torch._inductor.package
 
-    from torch_musa._export import aot_load
-    from torch_musa._inductor.aoti import UNSUPPORTED
+    from torch_musa._export import MUSA_SO_UNSUPPORTED, aot_load
     from torch_musa._inductor.package import load_package
 
     for device in ("musa", "musa:0"):
         with pytest.raises(RuntimeError) as err:
-            load_package(str(tmp_path / "m.pt2"), device)
-        assert str(err.value) == UNSUPPORTED
-        with pytest.raises(RuntimeError) as err:
             aot_load(str(tmp_path / "m.so"), device)
-        assert str(err.value) == UNSUPPORTED
-    with pytest.raises(RuntimeError, match="Unsupported device xpu"):
-        load_package(str(tmp_path / "m.pt2"), "xpu")
+        assert str(err.value) == MUSA_SO_UNSUPPORTED
+    for bad in ("xpu", "musa:x"):
+        with pytest.raises(RuntimeError, match=f"Unsupported device {bad}: load_package takes"):
+            load_package(str(tmp_path / "m.pt2"), bad)
     with pytest.raises(RuntimeError, match="Unable to load .so"):
         load_package(str(tmp_path / "m.so"), "cpu")
     calls = []
-    monkeypatch.setattr(torch._inductor.package, "load_package", lambda p: calls.append(("pkg", p)) or "runner")
+    monkeypatch.setattr(torch._inductor.package, "load_package",
+                        lambda p, device_index: calls.append(("pkg", p, device_index)) or "runner")
     monkeypatch.setattr(torch._export, "aot_load", lambda p, d: calls.append(("so", p, d)) or "runner")
     assert load_package("m.pt2", "cpu") == "runner"
+    assert load_package("m.pt2", "musa") == "runner"
+    assert load_package("m.pt2", "musa:1") == "runner"
     assert aot_load("m.so", "cpu") == "runner"
-    assert calls == [("pkg", "m.pt2"), ("so", "m.so", "cpu")]
+    assert calls == [("pkg", "m.pt2", -1), ("pkg", "m.pt2", -1), ("pkg", "m.pt2", 1),
+                     ("so", "m.so", "cpu")]
 
 
 def test_multi_tensor_applier_calls_the_op_in_chunks():

@@ -171,3 +171,18 @@ def test_matmuls_are_padded_as_on_the_gpu(monkeypatch):
     assert got.device.type == "musa" and got.shape == (33, 51)
     ref = torch.addmm(bias.cpu(), a.cpu(), b.cpu()) + a.cpu() @ b.cpu()
     torch.testing.assert_close(got.cpu(), ref, **TOL)
+
+
+def test_aot_compilation_for_gpu_kernels_is_refused():
+    # The cuda driver's AOTInductor: its packages would hold CUDA kernels, which no musa
+    # runner runs yet (torch_musa/_inductor/aoti.py).
+    from torch._inductor.virtualized import V
+
+    from torch_musa._inductor import aoti
+    from torch_musa._inductor.kernel_device import KernelDeviceCompile
+
+    gm = torch.fx.symbolic_trace(lambda a: a + 1)
+    route = KernelDeviceCompile(lambda *a, **k: pytest.fail("compiled"), "cuda")
+    with V.set_aot_compilation(True), pytest.raises(RuntimeError) as err:
+        route(gm, [torch.ones(2, device="musa")])
+    assert str(err.value) == aoti.CUDA_DRIVER_AOT

@@ -1,42 +1,117 @@
-"""Inductor's C++ wrapper for musa (``cpp_wrapper=True`` and AOTInductor).
+"""Inductor's C++ wrapper for musa: AOTInductor packages and ``cpp_wrapper=True``.
 
-Not implemented. What stands in the way, found by running PyTorch 2.13's C++ wrapper
-(``CppWrapperCpu``) for musa:
+The route: compile the graph for the kernel device, run it on musa memory.
 
-* code generation: ``CppWrapperCpu.codegen_device`` knows only the devices of
-  ``cpp_utils.DEVICE_TO_ATEN`` (cpu, cuda, xpu, mps, meta); naming musa
-  ``privateuse1`` there gets further, but the wrapper is written for one model device
-  (``self.device = "cpu"``) and refuses constants on another ("Mixed-device constants
-  are only supported when the secondary device is CPU");
-* ``cpp_wrapper=True``: the generated source includes
-  ``torch/csrc/inductor/cpp_wrapper/<device>.h`` (no ``musa.h`` exists) and calls ATen
-  through the C shim PyTorch generates per device (``aoti_torch_cpu_*``,
-  ``aoti_torch_cuda_*``), none for a PrivateUse1 device;
-* the AOTInductor runtime compiled into every package: ``model_base.h``'s
-  ``parse_device_str`` accepts ``cpu|cuda|xpu|mps`` only, and ``aoti_load_package``
-  finds a runner by device type in ``getAOTIModelRunnerRegistry()``, which has no
-  PrivateUse1 entry (one would be registered from C++ with ``RegisterAOTIModelRunner``).
+Under the host driver musa memory is host RAM and every musa kernel is the CPU's
+kernel run on a zero-copy CPU alias of it (``csrc/aten/kernel_call.h``). So a musa
+graph that needs the C++ wrapper is moved to the CPU (its device arguments and fake
+values become ``cpu``: ``kernel_device.move_graph``, the cuda driver's mechanism) and
+compiled by Inductor's own CPU path, unchanged: the CPU's C shim
+(``aoti_torch_cpu_*``), the CPU's AOTInductor runtime, the same kernels as compiled
+CPU code, so the outputs are those of the CPU device. At run time the musa tensors
+cross the boundary as they do for every eager op:
 
-Until those exist, the wrapper says so at compile time instead of emitting code that
-cannot build.
+* ``torch.compile`` with ``cpp_wrapper=True``: the compiled CPU module is called
+  with CPU aliases of its musa inputs and its results come back as musa tensors
+  (``kernel_device._OnMusa``);
+* AOTInductor: the package's metadata names ``musa`` as its device
+  (``AOTI_DEVICE_KEY``) and the CPU as its kernel device
+  (``AOTI_MUSA_KERNEL_DEVICE``), so ``aoti_load_package`` and C++'s
+  ``AOTIModelPackageLoader`` pick the runner libtorch_musa registers for ``musa``
+  (``csrc/aten/aoti_runner.cpp``): the CPU runner, called as one op of the op
+  path (inputs aliased, the model's allocations from the musa pool, results
+  adopted as musa tensors). A C++ program gets it by linking libtorch_musa.
+
+The other route, a C shim for PrivateUse1, would mean generating and building
+``aoti_torch_musa_*`` for every fallback op, a ``musa.h`` for the wrapper, and a
+runtime whose ``parse_device_str`` knows musa: that is patching PyTorch (the real
+torch_musa does), and under the host driver each of those functions would end in
+the CPU's kernel anyway.
+
+The cuda driver's kernel device is CUDA: the same move gives a CUDA package (Triton
+kernels, ``aoti_torch_cuda_*``), which a runner built on
+``AOTIModelContainerRunnerCuda`` (libtorch_cuda) would run over CUDA aliases, as
+``aoti_runner.cpp`` does over CPU ones. Until libtorch_musa links libtorch_cuda, the
+cuda driver refuses AOT compilation (``CUDA_DRIVER_AOT``) and the runner refuses a
+package compiled for other than CPU kernels.
 """
 from __future__ import annotations
 
+import json
+import os
+
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 
-__all__ = ["MusaCppWrapperCpu", "UNSUPPORTED"]
+__all__ = ["MusaCppWrapperCpu", "CUDA_DRIVER_AOT", "DEVICE_KEY", "KERNEL_DEVICE_KEY",
+           "wants_cpp_wrapper", "mark_musa_package"]
 
-UNSUPPORTED = (
-    "Inductor's C++ wrapper (torch._inductor.config.cpp_wrapper=True, and AOTInductor: "
-    "aoti_compile_and_package / aoti_load_package) is not available for the musa device: "
-    "AOTInductor's C shim has no functions for a PrivateUse1 device. Compile with the "
-    "default Python wrapper (torch.compile), or export and compile for the CPU device "
-    "(model.cpu()), which shares musa's host memory under the host driver.")
+#: The package metadata entries the musa runner reads.
+DEVICE_KEY = "AOTI_DEVICE_KEY"
+KERNEL_DEVICE_KEY = "AOTI_MUSA_KERNEL_DEVICE"
+
+CUDA_DRIVER_AOT = (
+    "AOTInductor (aoti_compile_and_package, aot_compile) on musa runs under the host "
+    "driver only: under the cuda driver a musa package would hold CUDA kernels, and "
+    "libtorch_musa has no runner for those yet (it would need libtorch_cuda's "
+    "AOTIModelContainerRunnerCuda). Compile and load the package with "
+    "TORCH_MUSA_DRIVER=host, or use torch.compile under the cuda driver.")
+
+
+def wants_cpp_wrapper(inner_kwargs: dict) -> bool:
+    """Whether the graph being compiled gets Inductor's C++ wrapper (AOTInductor, or
+    ``cpp_wrapper=True``, which ``compile_fx`` hands the inner compile as an argument)."""
+    import torch._inductor.config as config
+    from torch._inductor.virtualized import V
+
+    return bool(getattr(V, "aot_compilation", False) or inner_kwargs.get("cpp_wrapper")
+                or config.cpp_wrapper)
+
+
+def _metadata_files(filename) -> list[str]:
+    if isinstance(filename, (list, tuple)):
+        return [f for f in filename if isinstance(f, str) and f.endswith("_metadata.json")]
+    if isinstance(filename, str) and filename.endswith(".so"):
+        return [os.path.splitext(filename)[0] + "_metadata.json"]
+    return []
+
+
+def mark_musa_package(compiled, kernel_device: str) -> None:
+    """Name musa as the device of an AOTInductor model compiled for ``kernel_device``.
+
+    Inductor writes the device it compiled for as ``AOTI_DEVICE_KEY`` in the
+    metadata files it packages; the loader picks a runner by that key.
+    """
+    import torch
+    from torch._inductor.codecache import get_device_information
+
+    device = torch._C._get_privateuse1_backend_name()
+    # The loader compares these with the loading machine's, for the package's device.
+    device_information = get_device_information(device)
+    files = [f for f in _metadata_files(getattr(compiled, "filename", None)) if os.path.exists(f)]
+    if not files:
+        raise RuntimeError("AOTInductor on musa: the compiled model carries no metadata file "
+                           f"to name the musa device in (got {getattr(compiled, 'filename', None)!r})")
+    for path in files:
+        with open(path) as f:
+            metadata = json.load(f)
+        metadata.update(device_information)
+        metadata[DEVICE_KEY] = device
+        metadata[KERNEL_DEVICE_KEY] = kernel_device
+        text = json.dumps(metadata)
+        with open(path, "w") as f:
+            f.write(text)
 
 
 class MusaCppWrapperCpu(CppWrapperCpu):
-    """Raises ``UNSUPPORTED`` when Inductor asks for it."""
+    """Inductor's C++ wrapper entry for the musa device; never used to generate code.
+
+    Every graph that needs the C++ wrapper is moved to the kernel device before
+    Inductor lowers it, so reaching this is a bug in that move.
+    """
 
     @staticmethod
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
-        raise RuntimeError(UNSUPPORTED)
+        raise RuntimeError(
+            "Inductor's C++ wrapper was asked to generate code for a musa graph; musa graphs "
+            "are compiled as graphs of the kernel device (torch_musa/_inductor/aoti.py). "
+            "Please report the model.")

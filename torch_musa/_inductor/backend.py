@@ -396,7 +396,9 @@ def _load_builtin_device_op_overrides() -> None:
 
 def _host_driver_scheduling():
     """The host driver's: the CPU's C++ scheduling over musa memory (host RAM), answering
-    Inductor's questions as for the CPU's code."""
+    Inductor's questions as for the CPU's code; graphs that get the C++ wrapper
+    (AOTInductor, ``cpp_wrapper=True``) compile as CPU graphs (``aoti.py``)."""
+    kernel_device.install("cpu", ProfileDtypeCheck(), only_cpp_wrapper=True)
     _answer_as_cpp_code_for_musa()
     _lower_bernoulli_p_as_one_fallback()
     _variance_as_on_the_cpu()

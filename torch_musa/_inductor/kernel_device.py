@@ -16,9 +16,10 @@ The move is the one hook Inductor leaves for this, ``compile_fx``'s
 ``torch.compile``'s Inductor backend calls) so that every inner compilation of a
 graph that touches musa goes through :class:`KernelDeviceCompile`.
 
-The host driver does not need this (Inductor's C++ kernels run over musa memory
-directly, ``backend.py``), but the move works there too with ``cpu`` as the kernel
-device, which is how CI tests it.
+The host driver needs it only for the graphs that get Inductor's C++ wrapper
+(AOTInductor, ``cpp_wrapper=True``: ``aoti.py``); its other graphs compile on musa
+directly (Inductor's C++ kernels run over musa memory, ``backend.py``). The full
+move works there too with ``cpu`` as the kernel device, which is how CI tests it.
 """
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ import torch
 import torch.fx
 from torch._guards import detect_fake_mode
 from torch._inductor.virtualized import V
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from torch_musa import _C
-from torch_musa._inductor.aoti import UNSUPPORTED
+from torch_musa._inductor import aoti
 
 __all__ = ["KernelDeviceCompile", "install", "uses_musa"]
 
@@ -83,6 +85,35 @@ def _fake_on(x, kind: str, fake_mode):
         return base.as_strided(x.size(), x.stride(), x.storage_offset())
 
 
+def _is_real_musa(value) -> bool:
+    return _is_musa(value) and not isinstance(value, FakeTensor)
+
+
+def _alias_constants(gm: torch.fx.GraphModule) -> None:
+    """Replaces the musa tensors the graph reads as attributes (an exported or frozen
+    graph's parameters, buffers and constants) by kernel-device aliases of them, and
+    the copies of buffers' first values that AOTInductor keeps in ``gm.meta`` (which
+    it compiles into the model in their place)."""
+    for key, value in gm.meta.items():
+        if _is_real_musa(value):
+            gm.meta[key] = _C._kernel_alias(value)
+    for node in gm.graph.find_nodes(op="get_attr"):
+        *path, name = node.target.split(".")
+        owner = gm
+        for part in path:
+            owner = getattr(owner, part)
+        value = getattr(owner, name)
+        if not _is_real_musa(value):
+            continue
+        alias = _C._kernel_alias(value.detach())
+        if name in owner._parameters:
+            owner._parameters[name] = torch.nn.Parameter(alias, value.requires_grad)
+        elif name in owner._buffers:
+            owner._buffers[name] = alias
+        else:
+            setattr(owner, name, alias)
+
+
 def move_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     """Moves ``gm`` to the kernel device in place; returns its fake inputs there.
 
@@ -94,6 +125,7 @@ def move_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     if fake_mode is None:
         raise RuntimeError("torch.compile on musa: the graph's example inputs carry no "
                            "fake-tensor mode to move them to the kernel device with")
+    _alias_constants(gm)
     for node in gm.graph.nodes:
         node.args = _moved(node.args, kind)
         node.kwargs = _moved(node.kwargs, kind)
@@ -142,32 +174,46 @@ class _OnMusa:
 
 class KernelDeviceCompile:
     """An ``inner_compile`` that compiles musa graphs as graphs of ``kind``; ``check``
-    (the backend's profile dtype check) sees each musa graph before it moves."""
+    (the backend's profile dtype check) sees each musa graph before it moves.
 
-    def __init__(self, inner, kind: str, check=None):
+    ``only_cpp_wrapper``: move only the graphs that get Inductor's C++ wrapper
+    (AOTInductor, ``cpp_wrapper=True``; the host driver's case, see ``aoti.py``),
+    leaving the others to the musa backend. An AOTInductor model is not wrapped:
+    its package names musa as its device, and the musa runner does the wrapping.
+    """
+
+    def __init__(self, inner, kind: str, check=None, only_cpp_wrapper: bool = False):
         self._inner = inner
         self._kind = kind
         self._check = check
+        self._only_cpp_wrapper = only_cpp_wrapper
         functools.update_wrapper(self, inner, updated=())
 
     def __call__(self, gm, example_inputs, *args, **kwargs):
         if not uses_musa(gm, example_inputs):
             return self._inner(gm, example_inputs, *args, **kwargs)
-        if getattr(V, "aot_compilation", False):
-            raise RuntimeError(UNSUPPORTED)
+        if self._only_cpp_wrapper and not aoti.wants_cpp_wrapper(kwargs):
+            return self._inner(gm, example_inputs, *args, **kwargs)
+        aot = getattr(V, "aot_compilation", False)
+        if aot and self._kind != "cpu":
+            raise RuntimeError(aoti.CUDA_DRIVER_AOT)
         if self._check is not None:
             self._check(gm)
         inputs = move_graph(gm, example_inputs, self._kind)
-        return _OnMusa(self._inner(gm, inputs, *args, **kwargs), self._kind)
+        compiled = self._inner(gm, inputs, *args, **kwargs)
+        if aot:
+            aoti.mark_musa_package(compiled, self._kind)
+            return compiled
+        return _OnMusa(compiled, self._kind)
 
 
-def _wrap_compile_fx(stock, kind: str, check):
+def _wrap_compile_fx(stock, kind: str, check, only_cpp_wrapper: bool):
     @functools.wraps(stock)
     def compile_fx(model_, example_inputs_, inner_compile=None, *args, **kwargs):
         if inner_compile is None:
             inner_compile = torch._inductor.compile_fx.compile_fx_inner
         if not isinstance(inner_compile, KernelDeviceCompile):
-            inner_compile = KernelDeviceCompile(inner_compile, kind, check)
+            inner_compile = KernelDeviceCompile(inner_compile, kind, check, only_cpp_wrapper)
         return stock(model_, example_inputs_, inner_compile, *args, **kwargs)
 
     compile_fx._musa_stock = stock
@@ -202,11 +248,12 @@ def _pads_matmuls_as_on_the_gpu(kind: str) -> None:
     pad_mm.should_pad = should_pad
 
 
-def install(kind: str, check=None) -> None:
-    """Route Inductor's compilations of musa graphs to ``kind`` (idempotent)."""
+def install(kind: str, check=None, only_cpp_wrapper: bool = False) -> None:
+    """Route Inductor's compilations of musa graphs to ``kind`` (idempotent);
+    ``only_cpp_wrapper``: only those that get the C++ wrapper."""
     import torch._inductor.compile_fx as cfx
 
     if getattr(cfx.compile_fx, "_musa_stock", None) is None:
-        cfx.compile_fx = _wrap_compile_fx(cfx.compile_fx, kind, check)
+        cfx.compile_fx = _wrap_compile_fx(cfx.compile_fx, kind, check, only_cpp_wrapper)
     if kind != "cpu":  # Inductor pads matmuls on GPUs only
         _pads_matmuls_as_on_the_gpu(kind)
