@@ -182,6 +182,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   sync_point("_local_scalar_dense (.item())");
   wait_for_host_read(current_stream(self.device().index()));
+  profiler::CopySpan span("Memcpy DtoH", self.device().index(), int64_t(self.element_size()));
   return at::_local_scalar_dense(kernel_alias(self, /*materialize=*/false));
 }
 
@@ -228,6 +229,7 @@ at::Tensor convolution_overrideable(
     c10::IntArrayRef output_padding, int64_t groups) {
   const at::Tensor b = bias.value_or(at::Tensor());
   const auto d = common_device({&input, &weight, &b});
+  profiler::KernelSpan span("aten::convolution_overrideable", "", &d);
   KernelAllocationScope scope(d);
   KernelThreads threads;
   const auto acc = [&](const at::Tensor& t) { return accumulate_in_float(on_kernel_device(t), input); };
@@ -253,6 +255,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   if (output_mask[2])
     bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups
                                                  : weight.size(0)};
+  profiler::KernelSpan span("aten::convolution_backward_overrideable", "", &d);
   KernelAllocationScope scope(d);
   KernelThreads threads;
   const auto acc = [&](const at::Tensor& t) { return accumulate_in_float(on_kernel_device(t), input); };
