@@ -224,6 +224,25 @@ def test_kernel_span_from_python_counts_once_and_ends_on_error():
     torch.testing.assert_close(b.cpu(), -a.cpu())
     names = [e.name for e in prof.events() if e.device_type == DEVICE_TYPE]
     assert names == (["musa_kernel:python_kernel", "musa_kernel:aten::neg"] if HOST else []), names
+    ops = {e.name for e in prof.events() if e.device_type not in DEVICE_KINDS}
+    assert "aten::neg" in ops and "aten::relu" not in ops  # the kernel's internals, unrecorded
+
+
+def test_a_kernels_own_op_calls_are_not_recorded():
+    # musa's relu runs the kernel device's relu, which calls clamp_min over aliases of
+    # the musa memory: the kernel's internals, kept out of the record as a GPU kernel's
+    # are (as tensors of another device over musa bytes they confused the memory
+    # profiler's tensor identities).
+    a = torch.randn(16, device="musa")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA],
+                 record_shapes=True) as prof:
+        a.relu()
+        a.to("cpu")
+    names = [e.name for e in prof.events() if e.device_type not in DEVICE_KINDS]
+    assert "aten::relu" in names and "aten::clamp_min" not in names
+    # to("cpu"): the user's copy_ into the host tensor, not the kernel's own copy_ inside
+    # musa's _copy_from
+    assert names.count("aten::_copy_from") == 1 and names.count("aten::copy_") == 1, names
 
 
 def test_kernel_span_cannot_be_entered_twice():

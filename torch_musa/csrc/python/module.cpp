@@ -41,13 +41,18 @@ class KernelSpanScope {
   void enter() {
     TORCH_CHECK(!span_, "_KernelSpan ", name_, " is already entered");
     span_.emplace(name_.c_str(), "", &device_);
+    internals_.emplace();
   }
-  void exit() { span_.reset(); }
+  void exit() {
+    internals_.reset();
+    span_.reset();
+  }
 
  private:
   std::string name_;
   c10::DeviceIndex device_;
   std::optional<profiler::KernelSpan> span_;
+  std::optional<profiler::UnrecordedInternals> internals_;
 };
 
 void configure(int device_count, const std::string& profile,
