@@ -2,10 +2,11 @@
 
 Small ops measure the dispatch overhead of the device (10,000-call loops on
 64x64 tensors); large ops and training steps measure whether the overhead
-disappears behind real work. Each figure is the median of several repeats,
+disappears behind real work; the recurrent steps (nn.LSTM/GRU/RNN, 2 layers of
+256, sequence 35, batch 20, forward + backward + SGD) measure per-timestep cost. Each figure is the median of several repeats,
 and the two devices alternate so that machine noise hits both alike.
 
-    python benchmarks/bench_device.py [--repeats 7] [--json out.json]
+    python benchmarks/bench_device.py [--repeats 7] [--kinds rnn] [--json out.json]
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import torch
 import torch_musa  # noqa: F401
 from torch_musa.testing.models import SmallCNN, SmallTransformer
 
-TARGETS = {"small": 1.25, "large": 1.05, "train": 1.05}  # small: the registry issue's (the foundation's was 1.5)
+TARGETS = {"small": 1.25, "large": 1.05, "train": 1.05,  # small: the registry issue's (the foundation's was 1.5)
+           "rnn": 1.10}
 
 
 def small_op(name: str, device: str, calls: int):
@@ -65,6 +67,24 @@ def train_step(name: str, device: str):
     return step
 
 
+RNN_MODULES = {"lstm step": torch.nn.LSTM, "gru step": torch.nn.GRU, "rnn step": torch.nn.RNN}
+
+
+def rnn_step(name: str, device: str):
+    """word_language_model's shape: 2 layers of 256, sequence 35, batch 20."""
+    torch.manual_seed(0)
+    model = RNN_MODULES[name](256, 256, num_layers=2).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(35, 20, 256, device=device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out, _ = model(x)
+        out.sum().backward()
+        opt.step()
+    return step
+
+
 def sync(device: str) -> None:
     if device != "cpu":
         torch.accelerator.synchronize()
@@ -91,6 +111,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--calls", type=int, default=10_000)
+    ap.add_argument("--kinds", nargs="+", choices=sorted(TARGETS), default=sorted(TARGETS),
+                    help="the kinds of case to run (default: all)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -103,6 +125,9 @@ def main() -> None:
         cases.append(("large", name, lambda d, n=name: large_op(n, d), 3))
     for name in ("cnn step", "transformer step"):
         cases.append(("train", name, lambda d, n=name: train_step(n, d), 5))
+    for name in RNN_MODULES:
+        cases.append(("rnn", name, lambda d, n=name: rnn_step(n, d), 3))
+    cases = [c for c in cases if c[0] in args.kinds]
 
     print(f"torch {torch.__version__}, torch_musa {torch_musa.__version__}, "
           f"{torch.musa.get_device_name()} on the {torch_musa._C._driver_name()} driver, "

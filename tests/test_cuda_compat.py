@@ -135,6 +135,14 @@ assert visible_devices(os.environ["MUSA_VISIBLE_DEVICES"], 2) == (1,)
 
 # the documented limitations are the converter's review list
 assert [x["id"] for x in cc.limitations()] == [i.id for i in review_items()]
+# ... returned as data, printed as a table: one row per limitation, its prose wrapped
+lims = cc.limitations()
+assert isinstance(lims, list) and set(lims[0]) == {"id", "title", "runtime", "converter"}
+table = str(lims).splitlines()
+assert table[0].split() == ["id", "limitation", "under", "cuda_compat"] and set(table[1]) == {"-", " "}
+assert [line.split()[0] for line in table[2:] if not line.startswith(" ")] == [x["id"] for x in lims]
+assert max(map(len, table)) <= 100
+assert " ".join(" ".join(table).split()).count(lims[1]["runtime"]) == 1
 assert not torch.randn(1, device="cuda").is_cuda                      # documented
 assert torch.randn(1, device="cuda").device.type == "musa"            # documented
 

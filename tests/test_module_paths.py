@@ -103,3 +103,51 @@ def test_multi_tensor_applier_calls_the_op_in_chunks():
     assert MultiTensorApply(4)(scale_, flag, lists, 2.0) == "done"
     assert all(bool((t.cpu() == 2).all()) for t in lists[0])
     assert FusedLAMB.__module__.startswith("torch_musa.optim")
+
+
+def test_core_ao_fused_modules_are_torch_aos():
+    """The real torch_musa's SiLU fusions import from its paths and sit beside PyTorch's ReLU ones."""
+    import torch_musa.core.ao.nn.intrinsic as nni
+    import torch_musa.core.ao.nn.intrinsic.qat as nniqat
+    import torch_musa.core.ao.nn.intrinsic.quantized as nniq
+    from torch_musa.core.ao.nn.intrinsic.quantized.modules.conv_add import ConvAddSiLU2d
+    from torch_musa.core.ao.nn.intrinsic.quantized.modules.conv_silu import ConvSiLU2d
+    from torch_musa.core.ao.register_helper import _register_ao_intrinsic_modules
+
+    assert callable(_register_ao_intrinsic_modules)
+    for name in ("ConvBnSiLU2d", "ConvSiLU2d", "ConvAddSiLU2d"):
+        assert getattr(torch.ao.nn.intrinsic, name) is getattr(nni, name)
+    assert torch.ao.nn.intrinsic.qat.ConvSiLU2d is nniqat.ConvSiLU2d
+    assert torch.ao.nn.intrinsic.qat.ConvBnSiLU2d is nniqat.ConvBnSiLU2d
+    assert torch.ao.nn.intrinsic.quantized.ConvSiLU2d is nniq.ConvSiLU2d is ConvSiLU2d
+    assert torch.ao.nn.intrinsic.quantized.ConvAddSiLU2d is nniq.ConvAddSiLU2d is ConvAddSiLU2d
+    assert issubclass(ConvSiLU2d, torch.ao.nn.quantized.Conv2d)
+    assert ConvSiLU2d(3, 4, 3)._get_name() == "QuantizedConvSiLU2d"
+
+
+def test_musagraph_trees_and_musagraphs_backend_paths():
+    import torch._dynamo
+
+    from torch_musa._dynamo.backend.musagraphs import MusagraphsBackend, musagraphs
+    from torch_musa._inductor import musagraph_trees
+
+    for name in ("mark_step_begin", "reset_musagraph_trees", "get_manager", "musagraphify_impl"):
+        assert callable(getattr(musagraph_trees, name))
+    manager = musagraph_trees.get_manager(0)
+    assert musagraph_trees.get_manager(0, create_if_none_exists=False) is manager
+    musagraph_trees.reset_musagraph_trees()
+    assert musagraph_trees.get_manager(0, create_if_none_exists=False) is None
+    assert isinstance(torch._dynamo.lookup_backend("musagraphs"), MusagraphsBackend)
+    assert callable(musagraphs)
+
+
+def test_distributed_loss_path():
+    import torch.nn.functional as F
+
+    from torch_musa.distributed.loss import FusedCrossEntropyLossTensorParallel, parallel_fused_cross_entropy
+
+    torch.manual_seed(0)
+    logits, target = torch.randn(4, 6), torch.randint(6, (4,))
+    loss = parallel_fused_cross_entropy(logits.to("musa"), target.to("musa"), reduction="sum")
+    torch.testing.assert_close(loss.cpu().double(), F.cross_entropy(logits.double(), target, reduction="sum"))
+    assert issubclass(FusedCrossEntropyLossTensorParallel, torch.autograd.Function)

@@ -17,3 +17,19 @@ def test_plain_without_rows_is_the_header():
 def test_markdown_escapes_bars():
     assert render(["a", "b"], [["x|y", 2]], markdown=True).splitlines() == [
         "| a | b |", "|---|---|", "| x\\|y | 2 |"]
+
+
+def test_wrap_continues_long_cells_on_following_lines():
+    text = render(["id", "note"], [["a", "one two three four"], ["b", "x"]], wrap=[None, 9])
+    assert text.splitlines() == ["id  note",
+                                 "--  -------",
+                                 "a   one two",
+                                 "    three",
+                                 "    four",
+                                 "b   x"]
+
+
+def test_wrap_needs_a_width_per_column():
+    import pytest
+    with pytest.raises(ValueError, match="wrap has 1 widths for a row of 2 cells"):
+        render(["a", "b"], [["x", "y"]], wrap=[5])

@@ -11,6 +11,7 @@ torch.utils.rename_privateuse1_backend("musa")
 
 from torch_musa import core as _musa_module
 from torch_musa.core import backends as _backends
+from torch_musa.core.ao import register_helper as _ao_register
 from torch_musa.core import dlpack as _dlpack
 from torch_musa.core import jit as _jit
 from torch_musa.core import printing as _printing
@@ -18,6 +19,7 @@ from torch_musa.core import profiler_utils as _profiler_utils
 from torch_musa.core import serialization as _serialization
 from torch_musa.ops import dtype_policy as _dtype_policy
 from torch_musa.ops import fallback_routes as _fallback_routes
+from torch_musa.ops import fake_convolution as _fake_convolution
 from torch_musa.ops import kernels as _kernels
 from torch_musa.ops import registry as _registry
 from torch_musa.ops import vendor as _vendor
@@ -43,6 +45,7 @@ _fallback_routes.install()
 _registry.register_customized()
 _kernels.install()  # musa_functions.yaml's Python kernels (RNN cells, half upcasts, histc, ...)
 _vendor.install()  # the real torch_musa's additions: torch.gated_silu, F.swish_glu, F.rope, nn.RoPE
+_fake_convolution.install()  # traced convolutions promise the layout musa's kernel gives
 _registry.configure()  # fallback policy, double cast, op debug log
 _printing.install()
 _dlpack.install()  # Tensor.__dlpack__ / __dlpack_device__ for the renamed device
@@ -51,6 +54,7 @@ _musa_module.comm.install()  # torch.nn.parallel (DataParallel) across musa devi
 _jit.install()  # torch.jit.trace's check compares without the profile's missing dtypes
 _backends.install()  # torch.backends.musa and torch.backends.mudnn
 _profiler_utils.install()  # torch.profiler._utils.BasicEvaluation reads musa launches and kernels
+_ao_register._register_ao_intrinsic_modules()  # torch.ao.nn.intrinsic{,.qat,.quantized}.ConvSiLU2d & co
 
 from torch_musa import amp as _amp
 from torch_musa import attention as _attention
@@ -65,6 +69,10 @@ _distributed.register()  # the mccl backend
 from torch_musa import _inductor
 
 _inductor.install()  # torch.compile's Inductor backend, registered when dynamo/Inductor load
+
+from torch_musa import integrations as _integrations
+
+_integrations.install()  # libraries with their own device lists (Hugging Face kernels), hooked on import
 
 try:  # profiler activity alias, as torch_musa spells it
     torch.profiler.ProfilerActivity.MUSA = torch.profiler.ProfilerActivity.PrivateUse1

@@ -42,6 +42,7 @@ import warnings
 
 import torch
 
+from torch_musa._table import render
 from torch_musa.config import CONFIG
 from torch_musa.config.variables import VARIABLES, from_cuda_names, visible_devices
 from torch_musa.cuda_mapping import load_table, review_items
@@ -595,10 +596,20 @@ def maybe_enable_from_env() -> bool:
     return False
 
 
-def limitations() -> list[dict]:
-    """What this layer cannot cover (shared with musa-converter's report)."""
-    return [{"id": i.id, "title": i.title, "runtime": i.runtime, "converter": i.converter}
-            for i in review_items()]
+class Limitations(list):
+    """``limitations()``'s answer: a list of dicts (``id``, ``title``, ``runtime``,
+    ``converter``) that prints as a table of what each means at run time."""
+
+    def __str__(self) -> str:
+        return render(["id", "limitation", "under cuda_compat"],
+                      [(d["id"], d["title"], d["runtime"]) for d in self], wrap=[None, 24, 52])
+
+
+def limitations() -> Limitations:
+    """What this layer cannot cover (shared with musa-converter's report);
+    ``print(limitations())`` shows them as a table."""
+    return Limitations({"id": i.id, "title": i.title, "runtime": i.runtime, "converter": i.converter}
+                       for i in review_items())
 
 
 # ``import torch_musa.cuda_compat`` turns it on, except while torch_musa itself

@@ -163,3 +163,38 @@ def test_nanogpt_style_training_with_compile():
     torch.testing.assert_close(compiled, cpu, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(w, w_eager, atol=1e-4, rtol=1e-3)
     torch.testing.assert_close(w, w_cpu, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.requires_host_driver("compiled musa takes the CPU's kernels and decisions only "
+                                  "on the host driver")
+def test_compiled_conv_batchnorm_step_is_compiled_cpus_bit_for_bit():
+    # Inductor decides channels-last and where the conv bias goes by device name; musa's
+    # convolution is the CPU's kernel, so it must take the CPU's decisions (and the same
+    # bits), not the GPU's (NCHW, bias fused into the BatchNorm kernel).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 4, 3)).train()
+    x = torch.randn(4, 3, 16, 16)
+    results = {}
+    for device in ("cpu", "musa"):
+        torch._dynamo.reset()
+        m = copy.deepcopy(model).to(device)
+        out = torch.compile(m)(x.to(device))
+        out.sum().backward()
+        results[device] = out.detach().cpu(), [p.grad.cpu() for p in m.parameters()]
+    assert results["musa"][0].stride() == results["cpu"][0].stride()
+    assert torch.equal(results["musa"][0], results["cpu"][0])
+    for g_musa, g_cpu in zip(results["musa"][1], results["cpu"][1]):
+        assert torch.equal(g_musa, g_cpu)
+
+
+@pytest.mark.requires_host_driver("the layout of musa's convolution kernel is the CPU's only "
+                                  "on the host driver")
+def test_compiled_channels_last_convolution_keeps_eagers_layout():
+    # The traced (fake) convolution must promise the strides the eager kernel gives.
+    conv = nn.Conv2d(3, 8, 3, padding=1).to("musa").to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last).to("musa")
+    eager = conv(x)
+    compiled = torch.compile(conv)(x)
+    assert compiled.stride() == eager.stride() == conv.cpu()(x.cpu()).stride()
+    assert torch.equal(compiled.cpu(), eager.cpu())

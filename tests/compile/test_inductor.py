@@ -115,8 +115,8 @@ def test_dynamic_shapes_compile_once():
 
 @pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
 def test_modes_run(mode):
-    # max-autotune: the C++ backend's choices; reduce-overhead: CUDA graphs are skipped
-    # for musa (Inductor applies them to CUDA alone), the graph still runs compiled.
+    # max-autotune: the C++ backend's choices; reduce-overhead: MUSA graphs
+    # (tests/compile/test_musagraphs.py checks capture and replay).
     torch._dynamo.reset()
     x = torch.randn(8, 8)
     with torch.no_grad():

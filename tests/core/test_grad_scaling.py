@@ -36,3 +36,24 @@ def test_both_scalers_unscale_once_per_step(make, shape):
     scaler.step(opt)
     with pytest.raises(RuntimeError, match="after step"):
         unscale_grads(scaler, opt, allow_fp16=False, found_inf_shape=shape)
+
+
+def test_sharded_scaler_all_reduces_a_cpu_gradients_flag_through_musa(tmp_path):
+    # The real torch_musa's FSDP tests run the scaler on CPU gradients in a group made
+    # for mccl alone, which has no backend for CPU tensors.
+    import torch.distributed as dist
+
+    dist.init_process_group("mccl", store=dist.FileStore(str(tmp_path / "store"), 1),
+                            rank=0, world_size=1)
+    try:
+        scaler = ShardedGradScaler(init_scale=2.0)
+        t = torch.tensor([float("inf")])
+        t.grad = t.clone()
+        opt = torch.optim.SGD([t], lr=1.0)
+        scaler.scale(torch.full((1,), 4.0))
+        assert scaler.step(opt) is None  # the inf was found: the step is skipped
+        flags = scaler._per_optimizer_states[id(opt)]["found_inf_per_device"]
+        assert [f.device.type for f in flags.values()] == ["cpu"]
+        assert all(f.item() == 1.0 for f in flags.values())
+    finally:
+        dist.destroy_process_group()

@@ -71,4 +71,7 @@ def test_quantized_modules_and_layouts():
     conv.set_weight_bias(torch.quantize_per_tensor(torch.randn(4, 3, 3, 3), 0.05, 0, torch.qint8), None)
     conv.scale, conv.zero_point = 0.1, 0
     out = conv(qm)
-    assert out.device.type == "musa" and torch.equal(out.int_repr().cpu(), conv(q).int_repr())
+    # musa's quantized conv is dequantize -> conv -> quantize (tests/ops/test_quantized_conv.py);
+    # the CPU engine's integer kernel rounds its accumulator otherwise, by at most one step
+    diff = out.int_repr().cpu().int() - conv(q).int_repr().int()
+    assert out.device.type == "musa" and diff.abs().max() <= 1

@@ -1,6 +1,6 @@
 """nn.LSTM / GRU / RNN and the cells on musa against the same modules on the CPU.
 
-On musa the LSTM and GRU cells run the fused kernels (torch_musa/ops/rnn_cells.py),
+On musa the LSTM and GRU cells run the fused kernels (torch_musa/csrc/aten/rnn_cells.cpp),
 which sum the gates and biases in another order than the CPU's unfused cell, so
 float32 agrees to about 1e-7 rather than bit for bit; the tolerance is 1e-5.
 Dropout between layers draws the same masks as the CPU under the same seed.
@@ -147,7 +147,7 @@ def _aten_calls(fn) -> list[tuple]:
 def test_simple_rnn_is_the_cpus_op_for_op(kind, config, packed):
     """PyTorch's composite projects the whole sequence's inputs in one matmul only on the
     CPU; MKL rounds a [batch, in] and a [seq*batch, in] product differently on AVX-512.
-    musa's tanh/ReLU layers take the CPU's branch (torch_musa/ops/rnn_layers.py): the same
+    musa's tanh/ReLU layers take the CPU's branch (torch_musa/csrc/aten/rnn_layers.cpp): the same
     aten calls with the same shapes, forward and backward, so the same kernels and the
     same bits on any CPU."""
     torch.manual_seed(0)
@@ -348,3 +348,50 @@ def test_fused_cells_reject_bad_shapes():
     with pytest.raises(RuntimeError, match="all tensors must be on one device"):
         torch.ops.aten._thnn_fused_gru_cell(torch.randn(2, 6, **m), torch.randn(2, 6, device="musa:1"),
                                             torch.randn(2, 2, **m))
+
+
+# ---- the fused cells are CUDA's formula, op for op, with the kernel device's kernels ----
+
+def _cuda_order_lstm(ig, hg, cx, bi, bh):
+    """CUDA's LSTM cell as a sequence of ops in the accumulate type: (hy, cy, workspace)."""
+    acc = (lambda t: t.float()) if ig.dtype in (torch.float16, torch.bfloat16) else (lambda t: t)
+    gates = acc(ig) + acc(hg)
+    if bi is not None:
+        gates.add_(acc(bi)).add_(acc(bh))
+    i, f, g, o = gates.chunk(4, 1)
+    i.sigmoid_(), f.sigmoid_(), g.tanh_(), o.sigmoid_()
+    cy = f * acc(cx) + i * g
+    return (o * cy.tanh()).to(ig.dtype), cy.to(ig.dtype), gates.to(ig.dtype)
+
+
+def _cuda_order_gru(ig, hg, hx, bi, bh):
+    """CUDA's GRU cell as a sequence of ops in the accumulate type: (hy, workspace)."""
+    acc = (lambda t: t.float()) if ig.dtype in (torch.float16, torch.bfloat16) else (lambda t: t)
+    h = hx.size(1)
+    ig, hg = acc(ig), acc(hg)
+    rz, in_, hn = ig[:, :2 * h] + hg[:, :2 * h], ig[:, 2 * h:], hg[:, 2 * h:]
+    if bi is not None:
+        rz.add_(acc(bi)[:2 * h]).add_(acc(bh)[:2 * h])
+        in_, hn = in_ + acc(bi)[2 * h:], hn + acc(bh)[2 * h:]
+    rz.sigmoid_()
+    r, z = rz[:, :h], rz[:, h:]
+    n = (in_ + r * hn).tanh_()
+    return (n + z * (acc(hx) - n)).to(hx.dtype), torch.cat([rz, n, acc(hx), hn], 1).to(hx.dtype)
+
+
+@pytest.mark.requires_host_driver("the host driver's cells run the CPU's kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_cells_are_bit_identical_to_the_formula_on_cpu(dtype, bias):
+    """One device op per cell, and still CUDA's formula step for step: the same bits as
+    that formula's ops run one by one on the CPU device."""
+    torch.manual_seed(0)
+    for n, op, formula in ((4, torch.ops.aten._thnn_fused_lstm_cell, _cuda_order_lstm),
+                           (3, torch.ops.aten._thnn_fused_gru_cell, _cuda_order_gru)):
+        cpu = [torch.randn(BATCH, n * HID, dtype=dtype), torch.randn(BATCH, n * HID, dtype=dtype),
+               torch.randn(BATCH, HID, dtype=dtype)]
+        cpu += [torch.randn(n * HID, dtype=dtype), torch.randn(n * HID, dtype=dtype)] if bias else [None, None]
+        got = op(*(t.to("musa") if t is not None else None for t in cpu))
+        for g, w in zip(got, formula(*cpu), strict=True):
+            assert g.dtype == dtype and torch.equal(g.cpu(), w)
+

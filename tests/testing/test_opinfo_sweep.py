@@ -60,3 +60,23 @@ def test_summary_separates_the_profile_limit_and_draws_it(tmp_path):
     assert s["allowed_forward_pass_rate"] == 3 / 4 and s["allowed_forward_backward_pass_rate"] == 2 / 4
     opinfo_sweep.write_png(results, str(tmp_path / "sweep.png"))
     assert (tmp_path / "sweep.png").stat().st_size > 1000
+
+
+@pytest.mark.slow  # loads op_db
+def test_ops_filter_runs_every_variant_of_the_named_ops(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    assert opinfo_sweep.main(["--ops", "max,abs", "--json", str(out)]) == 0
+    import json
+
+    results = json.loads(out.read_text())["results"]
+    ops = {r["op"] for r in results}
+    assert "abs" in ops and {"max.reduction_no_dim", "max.reduction_with_dim", "max.binary"} <= ops
+    assert {op.split(".")[0] for op in ops} == {"max", "abs"}
+    assert all(r["forward"] != "fail" for r in results)
+    assert "op/dtype pairs" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # loads op_db
+def test_an_unknown_op_names_the_closest():
+    with pytest.raises(ValueError, match=r"not in op_db: mull \(closest: mul.*\); it has \d+ names"):
+        opinfo_sweep.main(["--ops", "add,mull"])

@@ -82,3 +82,15 @@ def test_optest_accepts_half_and_float_results_as_upstream():
 
     with pytest.raises(AssertionError, match="dtype mismatch"):
         OpTest(func=double_on_musa, input_args={"input": torch.ones(3)}).check_result()
+
+
+def test_mkldnn_inputs_keep_their_layout_for_the_cpu_reference():
+    # upstream's test_quantized_ops.py: the onednn reference takes the weight as mkldnn,
+    # musa the same weight dense; OpTest copies each in its own layout
+    w = torch.randint(-128, 128, (4, 3), dtype=torch.int8)
+    test = OpTest(func=lambda qw: qw.float() * 2, refer_func=lambda qw: qw.to_dense().float() * 2,
+                  input_args={})
+    out_musa = test._call_func(inputs={"qw": w}, device="musa", refer=False)
+    out_cpu = test._call_func(inputs={"qw": w.to_mkldnn()}, device="cpu", refer=True, onednn_flag=True)
+    test.compare_res(out_musa, out_cpu)
+    assert torch.equal(out_cpu[0], w.float() * 2)

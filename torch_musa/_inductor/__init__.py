@@ -7,6 +7,8 @@ What is registered, and where:
 * ``torch.musa.amp.autocast`` as one of dynamo's context managers
   (``dynamo_autocast``), registered when
   ``torch._dynamo.variables.torch`` is imported;
+* the ``musagraphs`` dynamo backend (``musagraphs``), registered when
+  ``torch._dynamo.backends.registry`` is imported;
 * Inductor's backend for the ``"musa"`` device (``backend.register``): under the
   host driver, Inductor's C++/OpenMP CPU scheduling with a wrapper that allocates
   on the right musa device and calls the kernels as it calls CPU kernels (a musa
@@ -22,16 +24,12 @@ it hooks the import of those modules and registers once they have loaded, so
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import sys
-import threading
-import warnings
 from collections.abc import Callable
+
+from torch_musa._post_import import when_imported
 
 __all__ = ["install", "is_registered"]
 
-_lock = threading.Lock()
 _done: set[str] = set()
 
 
@@ -45,6 +43,12 @@ def _register_dynamo_ctx(_module=None) -> None:
     from torch_musa._inductor import dynamo_autocast
 
     dynamo_autocast.register()
+
+
+def _register_musagraphs(module) -> None:
+    from torch_musa._inductor import musagraphs
+
+    musagraphs.register(module)
 
 
 def _register_inductor(_module=None) -> None:
@@ -62,67 +66,26 @@ _HOOKS: dict[str, Callable] = {
     # dynamo's context-manager variables: torch.musa.amp.autocast traced as torch.cuda.amp's
     "torch._dynamo.variables.torch": _register_dynamo_ctx,
     "torch._inductor.compile_fx": _register_inductor,
+    # torch.compile(backend="musagraphs")
+    "torch._dynamo.backends.registry": _register_musagraphs,
 }
 
 
-def _run(name: str, module) -> None:
-    with _lock:
-        if name in _done:
-            return
-        _done.add(name)
-    try:
-        _HOOKS[name](module)
-    except Exception as e:  # never break torch's own import; say what is missing
-        warnings.warn(f"torch_musa: registering musa with {name} failed ({type(e).__name__}: {e}); "
-                      "torch.compile's default backend will not work on musa", stacklevel=2)
+def _registration(name: str) -> Callable:
+    def run(module) -> None:
+        if name not in _done:
+            _done.add(name)
+            _HOOKS[name](module)
 
-
-class _HookedLoader(importlib.abc.Loader):
-    """Runs the module's own loader, then the registration; restores the loader after."""
-
-    def __init__(self, loader, name: str):
-        self._loader = loader
-        self._name = name
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        try:
-            self._loader.exec_module(module)
-        finally:
-            module.__loader__ = self._loader
-            if module.__spec__ is not None:
-                module.__spec__.loader = self._loader
-        _run(self._name, module)
-
-    def __getattr__(self, item):  # get_source, get_filename, ... as the real loader
-        return getattr(self._loader, item)
-
-
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """A meta-path finder that only wraps the loader of the hooked modules."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in _HOOKS or fullname in _done:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _HookedLoader(spec.loader, fullname)
-        return spec
-
-
-_finder = _PostImportFinder()
+    return run
 
 
 def install() -> None:
     """Register now for what is already imported; hook the import of the rest."""
     for name in _HOOKS:
-        if name in sys.modules:
-            _run(name, sys.modules[name])
-    if any(name not in _done for name in _HOOKS) and _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+        if name not in _done:
+            when_imported(name, _registration(name),
+                          failure="torch.compile's default backend will not work on musa")
 
 
 def is_registered() -> dict[str, bool]:

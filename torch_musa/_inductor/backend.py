@@ -75,10 +75,14 @@ class _MusaWrapperMixin:
 
         device = device or V.graph.get_current_device_or_throw()
         if not triton and device.type == DEVICE:
+            name = kernel_name
+            if torch._inductor.config.triton.cudagraphs:
+                # reduce-overhead: a MUSA graph capture records C++ kernels through this call
+                kernel_name, call_args = "musa_run_host_callable", [kernel_name, *call_args]
             # Under torch.profiler the kernel is an op of its own name with its span as
             # musa device time (profiled_kernel_call); otherwise a plain call.
             args = ", ".join(call_args)
-            self.writeline(f"{_PROFILED_CALL}({kernel_name!r}, {kernel_name}, {args}) "
+            self.writeline(f"{_PROFILED_CALL}({name!r}, {kernel_name}, {args}) "
                            f"if {_PROFILER_ON} else {self.wrap_kernel_call(kernel_name, call_args)}")
             return
         return super()._generate_kernel_call_helper(kernel_name, call_args, device=device,
@@ -108,6 +112,12 @@ class _MusaWrapperMixin:
 
 class MusaPythonWrapperCodegen(_MusaWrapperMixin, PythonWrapperCodegen):
     """Inductor's Python wrapper, calling C++ kernels over musa memory."""
+
+    def write_header(self) -> None:
+        super().write_header()
+        if torch._inductor.config.triton.cudagraphs:  # subgraphs' code shares this header
+            self.imports.writeline(
+                "from torch_musa.core.graphs import run_host_callable as musa_run_host_callable")
 
     @staticmethod
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
@@ -180,7 +190,7 @@ class ProfileDtypeCheck(CustomGraphModulePass):
     def uuid(self) -> bytes:
         # Compiled graphs are cached on disk: one checked under another profile must not be
         # reused, nor one lowered before a change to this backend's lowerings (the version).
-        key = f"musa-dtype-check-v8:{sorted(map(str, self._unsupported()))}"
+        key = f"musa-dtype-check-v10:{sorted(map(str, self._unsupported()))}"
         return hashlib.sha256(key.encode()).digest()
 
 
@@ -301,6 +311,47 @@ def _variance_as_on_the_cpu() -> None:
     _replace(lowering, "use_two_step_variance", _musa_use_two_step_variance)
 
 
+_CONVOLUTION = torch.ops.aten.convolution.default
+
+
+def _musa_convolution(x, weight, bias, *args, **kwargs):
+    stock = _STOCK[_CONVOLUTION]
+    if bias is None or get_device_type(x) != DEVICE:
+        return stock(x, weight, bias, *args, **kwargs)
+    # The lowering peels the bias off into a pointwise add for every device but
+    # the one ``ir.get_device_type(x)`` calls "cpu": answer so for this input only.
+    stock_device_type = torch._inductor.ir.get_device_type
+
+    def device_type(node):
+        return "cpu" if node is x else stock_device_type(node)
+
+    torch._inductor.ir.get_device_type = device_type
+    try:
+        return stock(x, weight, bias, *args, **kwargs)
+    finally:
+        torch._inductor.ir.get_device_type = stock_device_type
+
+
+def _convolution_as_on_the_cpu() -> None:
+    """Give musa's convolutions the CPU's two decisions: channels-last layout and the
+    bias inside the extern convolution.
+
+    Inductor makes both by device name: ``GraphLowering.decide_layout_opt`` turns
+    channels-last on for every graph whose convolutions run on an mkldnn device
+    (``SUPPORTED_MKLDNN_DEVICES``), and the convolution lowering peels the bias off into
+    a fused add everywhere but on the CPU (for cuDNN). On the host driver musa's
+    convolution is the CPU's kernel, so musa took the GPU's decisions for the CPU's
+    kernel: a compiled conv -> BatchNorm step differed from compiled CPU's in the last
+    bits. Only the graph module's tuple is widened: Inductor's mkldnn fusion passes
+    (which call mkldnn ops by name) keep theirs.
+    """
+    import torch._inductor.graph as graph  # noqa: PLC0415
+
+    if DEVICE not in graph.SUPPORTED_MKLDNN_DEVICES:
+        graph.SUPPORTED_MKLDNN_DEVICES = (*graph.SUPPORTED_MKLDNN_DEVICES, DEVICE)
+    _replace(lowerings, _CONVOLUTION, _musa_convolution)
+
+
 def _generating_for_musa() -> bool:
     """Whether the kernel being generated is musa's (no current device: not ours)."""
     device = getattr(V.graph, "current_device", None)
@@ -375,7 +426,11 @@ def _host_driver_scheduling():
     _answer_as_cpp_code_for_musa()
     _lower_bernoulli_p_as_one_fallback()
     _variance_as_on_the_cpu()
+    _convolution_as_on_the_cpu()
     _store_bool_masks_lane_by_lane()
+    from torch_musa._inductor import reduce_overhead  # noqa: PLC0415  (imports Inductor's output code)
+
+    reduce_overhead.install()  # mode="reduce-overhead": MUSA graphs
     return CppScheduling
 
 

@@ -18,9 +18,10 @@ import torch
 from torch_musa.amp import autocast_kernels, grad_scaler
 from torch_musa.amp.autocast_kernels import registered_ops
 from torch_musa.amp.grad_scaler import GradScaler
+from torch_musa.core.runtime_api import amp_definitely_not_available  # torch.cuda.amp's (common.py)
 
 __all__ = ["autocast", "custom_fwd", "custom_bwd", "GradScaler", "register", "registered_ops",
-           "get_amp_supported_dtype", "is_autocast_available"]
+           "get_amp_supported_dtype", "is_autocast_available", "amp_definitely_not_available"]
 
 
 class autocast(torch.amp.autocast):

@@ -45,6 +45,12 @@ from torch_musa.core.graphs import (
 from torch_musa.core import jiterator, memory, nvtx
 from torch_musa.core import ipc as _ipc  # torch.multiprocessing pickles musa storages by shared memory
 from torch_musa.core.memory import (
+    get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
+    list_gpu_processes,
+    reset_accumulated_host_memory_stats,
+    reset_peak_host_memory_stats,
     MemPool,
     MemPoolContext,
     MUSAPluggableAllocator,
@@ -112,7 +118,6 @@ cmake_prefix_path = str(_Path(__file__).resolve().parent.parent / "share" / "cma
 from torch_musa.core.monitoring import (
     clock_rate,
     device_memory_used,
-    list_gpu_processes,
     memory_usage,
     power_draw,
     temperature,
@@ -131,17 +136,12 @@ from torch_musa.core.runtime_api import (
     current_blaslt_handle,
     current_solver_handle,
     fork_rng,
-    get_per_process_memory_fraction,
-    host_memory_stats,
-    host_memory_stats_as_nested_dict,
     has_half,
     has_magma,
     ipc_collect,
     is_tf32_supported,
     musaStatus,
     musart,
-    reset_accumulated_host_memory_stats,
-    reset_peak_host_memory_stats,
 )
 from torch_musa.core.sync_debug import get_sync_debug_mode, set_sync_debug_mode
 from torch_musa.core.tensor_types import make_sparse_module as _make_sparse_module

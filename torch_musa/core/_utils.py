@@ -10,7 +10,7 @@ from typing import Any, Union
 
 import torch
 
-from torch_musa.core.device import _get_device_index, device as _musa_device
+from torch_musa.core.device import _get_device_index, _parse_device, device as _musa_device
 
 __all__ = ["DeviceUnion", "_get_musa_device_index"]
 
@@ -24,7 +24,7 @@ def _get_musa_device_index(device: Any, optional: bool = False, allow_cpu: bool 
     if isinstance(device, _musa_device):
         return device.idx
     if isinstance(device, str):
-        device = torch.device(device)
+        device = _parse_device(device)
         optional = optional or device.index is None
     if allow_cpu and isinstance(device, torch.device) and device.type == "cpu":
         return -1

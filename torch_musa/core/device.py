@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any
 
 import torch
@@ -20,10 +21,26 @@ _device_t = torch.device | str | int | None
 _ALIASES: frozenset[str] = frozenset()
 
 
+def _parse_device(text: str) -> torch.device:
+    """``torch.device(text)``, where a misspelt type's error also names musa's spellings:
+    PyTorch's own message (c10's parser, out of reach) lists the backend as
+    'privateuseone'."""
+    try:
+        return torch.device(text)
+    except RuntimeError as e:
+        if not str(e).startswith("Expected one of"):
+            raise
+        kind = text.split(":", 1)[0]
+        guess = difflib.get_close_matches(kind, ["musa", *sorted(_ALIASES)], 1)
+        hint = f"did you mean '{text.replace(kind, guess[0], 1)}'? " if guess else ""
+        raise RuntimeError(f"{e} ({hint}torch.musa takes 'musa' or 'musa:N'; PyTorch lists the musa "
+                           "backend as 'privateuseone')") from None
+
+
 def _get_device_index(device: _device_t, optional: bool = False) -> int:
     """The musa index that ``device`` names; the current one for None/'musa'."""
     if isinstance(device, str):
-        device = torch.device(device)
+        device = _parse_device(device)
     if isinstance(device, torch.device):
         if device.type != "musa" and device.type not in _ALIASES:
             raise ValueError(f"Expected a musa device, but got: {device}")

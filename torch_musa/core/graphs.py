@@ -23,6 +23,7 @@ capturing" and invalidates the capture; ``graph`` then ends it cleanly.
 from __future__ import annotations
 
 import gc
+import itertools
 import sys
 import threading
 import warnings
@@ -47,6 +48,7 @@ __all__ = [
     "graph_pool_handle",
     "is_current_stream_capturing",
     "make_graphed_callables",
+    "run_host_callable",
     "update_musa_graph_with_profile",
 ]
 
@@ -159,6 +161,58 @@ def _writes_cpu(func, args, kwargs) -> bool:
     return False
 
 
+class _HostCall:
+    """A host function over musa memory that a capture recorded; replay calls it again."""
+
+    __slots__ = ("fn", "args", "__weakref__")
+
+    def __init__(self, fn: Callable, args: tuple):
+        self.fn, self.args = fn, args
+
+
+# Recorded host calls by key, alive while a graph (or a capture) holds them.
+_host_calls: "weakref.WeakValueDictionary[int, _HostCall]" = weakref.WeakValueDictionary()
+_host_call_keys = itertools.count(1)
+_captures_in_progress = 0  # host driver: captures begun and not ended, in any thread
+_host_call_op = None
+
+
+def _replay_host_call(key: int, tensors: list[torch.Tensor]) -> None:
+    call = _host_calls.get(key)
+    if call is None:
+        raise RuntimeError("MUSA graph replay: a recorded host call is gone (its graph was reset)")
+    call.fn(*call.args)
+
+
+def _host_call_operator():
+    """``musa::_replay_host_call``: the dispatcher op that carries a host call into the replay
+    list (the runtime replays dispatcher ops); its tensors are the memory the call touches."""
+    global _host_call_op
+    if _host_call_op is None:
+        lib = torch.library.Library("musa", "FRAGMENT")  # noqa: TOR901
+        lib.define("_replay_host_call(int key, Tensor(a!)[] tensors) -> ()")
+        lib.impl("_replay_host_call", _replay_host_call, "CompositeExplicitAutograd")
+        _host_call_op = (lib, torch.ops.musa._replay_host_call.default)
+    return _host_call_op[1]
+
+
+def run_host_callable(fn: Callable, *args: Any) -> Any:
+    """Call ``fn(*args)``, host code over musa tensors' memory (Inductor's C++ kernels under
+    the host driver, which the dispatcher never sees); while a MUSA graph captures on this
+    thread, the call is recorded too, so that replay calls it again over the same tensors.
+    Outside capture this is ``fn(*args)``."""
+    if not _captures_in_progress:
+        return fn(*args)
+    tensors = [a for a in args if _is_musa(a)]
+    if not tensors:
+        return fn(*args)
+    call = _HostCall(fn, args)
+    key = next(_host_call_keys)
+    _host_calls[key] = call
+    _host_call_operator()(key, tensors)  # a capturing thread's recorder keeps ``call``
+    return None
+
+
 class _Recorder(TorchDispatchMode):
     """Runs and records every op issued on musa during one capture."""
 
@@ -179,6 +233,7 @@ class _Recorder(TorchDispatchMode):
         self.fresh: set[int] = set()  # storages allocated during this capture
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # storage -> (bytes, copy)
         self.ops: list[str] = []
+        self.host_calls: list[_HostCall] = []  # replay calls these (the list only keys them)
         self.error: str | None = None
         self.warned_cpu = False
 
@@ -240,6 +295,8 @@ class _Recorder(TorchDispatchMode):
             warnings.warn(f"{func} wrote a CPU tensor during MUSA graph capture; replay repeats "
                           "only musa work, as CUDA graphs do (an optimizer keeping its step count "
                           "on the CPU needs capturable=True).", stacklevel=2)
+        if _host_call_op is not None and func is _host_call_op[1]:
+            self.host_calls.append(_host_calls[args[0]])
         out = func(*args, **kwargs)
         outs = out if isinstance(out, tuple) else (out,)
         if on_musa or any(_is_musa(t) for o in outs for t in _tensors(o)):
@@ -322,6 +379,7 @@ class _HostGraph(_GraphBase):
     def __init__(self, keep_graph: bool = False):
         super().__init__(keep_graph)
         self._exec = None
+        self._host_calls: list[_HostCall] = []
         self._recorder: _Recorder | None = None
         self._pool: _Pool | None = None
         self._pool_id: tuple[int, int] | None = None
@@ -366,9 +424,13 @@ class _HostGraph(_GraphBase):
         recorder = _CompileSafeRecorder if "torch._dynamo" in sys.modules else _Recorder
         self._recorder = recorder(s.device_index, s.stream_id, self._pool, weak=self._routed)
         self._recorder.__enter__()
+        global _captures_in_progress
+        _captures_in_progress += 1
 
     def _finish(self) -> _Recorder:
+        global _captures_in_progress
         rec, self._recorder = self._recorder, None
+        _captures_in_progress -= 1
         try:
             rec.__exit__(None, None, None)
         finally:
@@ -398,6 +460,7 @@ class _HostGraph(_GraphBase):
             raise RuntimeError("MUSA graph capture was invalidated by an operation that "
                                f"capture does not permit; the graph is empty. ({rec.error})")
         self._exec, self._ops = rec.exec, rec.ops if self._debug else []
+        self._host_calls = rec.host_calls
 
     def _abort(self) -> None:
         """End a capture that raised: the stream stops capturing and the graph stays empty."""
@@ -415,7 +478,7 @@ class _HostGraph(_GraphBase):
         """Drop the captured work (its pool's memory is freed once no graph uses it)."""
         if self._recorder is not None:
             raise RuntimeError("reset() during capture; end the capture first")
-        self._exec, self._pool, self._ops = None, None, []
+        self._exec, self._pool, self._ops, self._host_calls = None, None, [], []
         if self._routed:
             self._routed = False
             _C._musa_releasePool(self._stream[0], self._pool_id)

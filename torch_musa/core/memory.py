@@ -5,6 +5,7 @@ import collections
 import contextlib
 import ctypes
 import inspect
+import os
 import pickle
 import sys
 import threading
@@ -108,52 +109,119 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     _C._set_memory_fraction(fraction, idx)
 
 
-def _format_size(n: int) -> str:
-    for unit in ("B ", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:6d} {unit}" if unit == "B " else f"{n:6.2f} {unit}"
-        n /= 1024
-    return str(n)
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    """The fraction of the device's memory this process may use (set_per_process_memory_fraction)."""
+    _lazy._lazy_init()
+    idx = _get_device_index(device, optional=True)
+    return _ALLOCATOR.memory_fraction(idx)
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    """Pinned host memory statistics, nested ({"allocations": {"current": ...}, ...}).
+
+    Counted from the process's first pinned block: ``pin_memory()`` and ``pin_memory=True``
+    allocate through the hooks' pinned allocator (core/PinnedAllocator.cpp) without the lazy
+    musa initialisation, so the counters are read whether or not musa is initialised (an
+    empty dict before initialisation hid blocks pinned before the first musa call)."""
+    out: dict[str, Any] = {}
+    for key, value in _C._host_memory_stats().items():
+        name, _, kind = key.partition(".")
+        number = value if name.endswith("_time") and kind not in ("count",) else int(value)
+        if kind:
+            out.setdefault(name, {})[kind] = number
+        else:
+            out[name] = number
+    return out
+
+
+def host_memory_stats() -> dict[str, Any]:
+    """Pinned (host) allocator statistics with torch.cuda.host_memory_stats' flat keys:
+    ``allocations.*``, ``allocated_bytes.*``, ``active_requests.*``, ``active_bytes.*``
+    ({current, peak, allocated, freed}), ``num_host_alloc``/``num_host_free`` and
+    ``host_alloc_time.*``/``host_free_time.*`` (microseconds)."""
+    flat: list[tuple[str, Any]] = []
+    for name, value in host_memory_stats_as_nested_dict().items():
+        if isinstance(value, dict):
+            flat += [(f"{name}.{k}", v) for k, v in value.items()]
+        else:
+            flat.append((name, value))
+    return collections.OrderedDict(sorted(flat))
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    """Restart the ``allocated``/``freed`` totals and the timings from zero."""
+    _C._reset_host_memory_stats(False)
+
+
+def reset_peak_host_memory_stats() -> None:
+    """Set every ``peak`` to its ``current`` value."""
+    _C._reset_host_memory_stats(True)
+
+
+def list_gpu_processes(device: Any = None) -> str:
+    """The processes using the device and their memory, in torch.cuda's format. On the
+    host driver the only one is this process, once it has initialised musa."""
+    return _ALLOCATOR.list_gpu_processes(_get_device_index(device, optional=True))
+
+
+def _scaled(value: int, scale_by: float, units: tuple[str, ...], step: int, limit: float) -> tuple[int, str]:
+    """``value`` in the largest unit below which ``scale_by`` (the row's first value) stays under
+    ``limit``: torch.cuda's summary scales a row's pools by its total, so they share a unit."""
+    unit = units[0]
+    for bigger in units[1:]:
+        if scale_by < limit:
+            break
+        value, scale_by, unit = value // step, scale_by / step, bigger
+    return value, unit
+
+
+def _summary_size(value: int, scale_by: int) -> str:
+    n, unit = _scaled(value, scale_by, ("B  ", "KiB", "MiB", "GiB", "TiB", "PiB"), 1024, 768 * 1024)
+    return f"{n:6d} {unit}"
+
+
+def _summary_count(value: int, scale_by: int) -> str:
+    n, unit = _scaled(value, scale_by, (" ", "K", "M"), 1000, 750 * 1000)
+    return f"{n:7d} {unit} "
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-    """A human-readable table of the allocator statistics."""
+    """The allocator statistics as a table, in torch.cuda.memory_summary's layout (line for
+    line, with MUSA for CUDA), so that musa's and CUDA's logs diff."""
     idx = _get_device_index(device, optional=True)
-    stats = memory_stats_as_nested_dict(idx)
-    rows = [
-        ("Allocated memory", "allocated_bytes", True),
-        ("Active memory", "active_bytes", True),
-        ("Requested memory", "requested_bytes", True),
-        ("Reserved memory", "reserved_bytes", True),
-        ("Non-releasable memory", "inactive_split_bytes", True),  # free pieces of split segments
-        ("Allocations", "allocation", False),
-        ("Active allocs", "active", False),
-        ("Device reserved segments", "segment", False),
-        ("Non-releasable allocs", "inactive_split", False),
-    ]
-    line = "=" * 75
-    out = [line, f" PyTorch MUSA memory summary, device ID {idx:<29d}",
-           "-" * 75, f" {'Metric':<27}| {'Cur Usage':>10} | {'Peak Usage':>10} | {'Tot Alloc':>10} | {'Tot Freed':>10}",
-           "-" * 75]
-    pools = ["all"] if abbreviated else ["all", "large_pool", "small_pool"]
-    for title, key, is_bytes in rows:
-        for pool in pools:
-            s = stats[key][pool]
-            fmt = _format_size if is_bytes else (lambda v: f"{v:10d}")
-            label = title if pool == "all" else f"      from {pool.replace('_', ' ')}"
-            out.append(f" {label:<27}| {fmt(s['current']):>10} | {fmt(s['peak']):>10} | "
-                       f"{fmt(s['allocated']):>10} | {fmt(s['freed']):>10}")
-        out.append("-" * 75)
-    for title, key in (("Oversize allocations", "oversize_allocations"),
-                       ("Oversize device segments", "oversize_segments")):
-        s = stats[key]
-        out.append(f" {title:<27}| {s['current']:>10d} | {s['peak']:>10d} | "
-                   f"{s['allocated']:>10d} | {s['freed']:>10d}")
-    out.append("-" * 75)
-    out.append(f" Allocation retries: {stats['num_alloc_retries']}   OOMs: {stats['num_ooms']}   "
-               f"Device allocs: {stats['num_device_alloc']}   Device frees: {stats['num_device_free']}")
-    out.append(line)
-    return "\n".join(out) + "\n"
+    stats = memory_stats(idx)
+    pools = [("all", None)] if abbreviated else [
+        ("all", None), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+    rule, double = "-" * 75, "=" * 75
+    lines = [double,
+             f" {'':16} PyTorch MUSA memory summary, device ID {idx:<17d} ",
+             rule,
+             f"  {'':9} MUSA OOMs: {stats['num_ooms']:<12d} | {'':6} musaMalloc retries: "
+             f"{stats['num_alloc_retries']:<8d}  ",
+             double,
+             "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "]
+
+    def row(label: str, prefix: str, fmt, scale_prefix: str) -> str:
+        cells = [fmt(stats[prefix + k], stats[scale_prefix + k]) for k in ("current", "peak", "allocated", "freed")]
+        return f" {label:<21} | " + " | ".join(cells) + " "
+
+    for key, title, fmt in (
+            ("allocated_bytes", "Allocated memory", _summary_size),
+            ("active_bytes", "Active memory", _summary_size),
+            ("requested_bytes", "Requested memory", _summary_size),
+            ("reserved_bytes", "GPU reserved memory", _summary_size),
+            ("inactive_split_bytes", "Non-releasable memory", _summary_size),  # free pieces of split segments
+            ("allocation", "Allocations", _summary_count),
+            ("active", "Active allocs", _summary_count),
+            ("segment", "GPU reserved segments", _summary_count),
+            ("inactive_split", "Non-releasable allocs", _summary_count)):
+        lines.append(rule)
+        lines += [row(label or title, f"{key}.{pool}.", fmt, f"{key}.all.") for pool, label in pools]
+    for key, title in (("oversize_allocations", "Oversize allocations"),
+                       ("oversize_segments", "Oversize GPU segments")):
+        lines += [rule, row(title, f"{key}.", _summary_count, f"{key}.")]
+    lines.append(double)
+    return "".join(f"|{line}|\n" for line in lines)
 
 
 def memory_stats_all() -> dict[str, int]:
@@ -222,6 +290,18 @@ class _RuntimeAllocator:
         """(MemPool, MemPoolContext, use_mem_pool): the runtime's, defined in this module."""
         return mem_pool, mem_pool_context, use_mem_pool
 
+    def memory_fraction(self, idx: int) -> float:
+        return _C._get_memory_fraction(idx)
+
+    def list_gpu_processes(self, idx: int) -> str:
+        lines = [f"GPU:{idx}"]
+        if not _lazy.is_initialized():
+            lines.append("no processes are running")
+        else:
+            mem = memory_reserved(idx) / (1024 * 1024)
+            lines.append(f"process {os.getpid():>10d} uses {mem:>12.3f} MB GPU memory")
+        return "\n".join(lines)
+
 
 class _CudaAllocator:
     """The cuda driver's: musa memory is CUDA's caching allocator (musa:i is cuda:i), so
@@ -231,7 +311,8 @@ class _CudaAllocator:
         # torch.cuda's functions, bound at import, before cuda_compat points torch.cuda's names
         # at torch.musa's (calling through the names then came back here, without end).
         self._memory = {name: getattr(torch.cuda.memory, name) for name in (
-            "memory_snapshot", "_record_memory_history", "_snapshot", "get_allocator_backend")}
+            "memory_snapshot", "_record_memory_history", "_snapshot", "get_allocator_backend",
+            "get_per_process_memory_fraction", "list_gpu_processes")}
         # torch.cuda's C functions, bound here once for the same reason.
         self._caching_enable = getattr(torch._C, "_cuda_cudaCachingAllocator_enable", None)
         self._caching_is_enabled = getattr(torch._C, "_cuda_cudaCachingAllocator_is_enabled", None)
@@ -276,6 +357,14 @@ class _CudaAllocator:
         """CUDA's allocator serves musa memory: its pools are musa's."""
         return (torch.cuda.MemPool, getattr(torch.cuda, "MemPoolContext", mem_pool_context),
                 torch.cuda.use_mem_pool)
+
+    def memory_fraction(self, idx: int) -> float:
+        # CUDA's caching allocator holds the fraction set_per_process_memory_fraction set
+        return self._memory["get_per_process_memory_fraction"](idx)
+
+    def list_gpu_processes(self, idx: int) -> str:
+        # the GPU's management library counts by physical index
+        return self._memory["list_gpu_processes"](CONFIG.physical_indices[idx])
 
 
 _ALLOCATOR = pick(host=_RuntimeAllocator, cuda=_CudaAllocator)()

@@ -9,20 +9,18 @@ driver that can answer, rather than a made-up number.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
 from torch_musa._driver import pick
 from torch_musa.config import CONFIG
-from torch_musa.core import _lazy
 from torch_musa.core.device import _get_device_index
-from torch_musa.core.memory import memory_reserved
+from torch_musa.core.memory import list_gpu_processes, memory_reserved  # noqa: F401  (re-exported)
 
 _cuda = {name: getattr(torch.cuda, name) for name in (
     "utilization", "memory_usage", "temperature", "power_draw", "clock_rate",
-    "list_gpu_processes", "device_memory_used") if hasattr(torch.cuda, name)}
+    "device_memory_used") if hasattr(torch.cuda, name)}
 
 
 class NotAvailableError(RuntimeError):
@@ -60,17 +58,6 @@ class _HostMonitor:
     def device_memory_used(device: Any) -> int:
         return memory_reserved(_index(device))
 
-    @staticmethod
-    def list_gpu_processes(device: Any) -> str:
-        idx = _index(device)
-        lines = [f"GPU:{idx}"]
-        if not _lazy.is_initialized():
-            lines.append("no processes are running")
-        else:
-            mem = memory_reserved(idx) / (1024 * 1024)
-            lines.append(f"process {os.getpid():>10d} uses {mem:>12.3f} MB GPU memory")
-        return "\n".join(lines)
-
 
 class _GpuMonitor:
     """The cuda driver's: the GPU's management library answers, as for torch.cuda."""
@@ -86,10 +73,6 @@ class _GpuMonitor:
     @staticmethod
     def device_memory_used(device: Any) -> int:
         return _gpu("device_memory_used", device)
-
-    @staticmethod
-    def list_gpu_processes(device: Any) -> str:
-        return _gpu("list_gpu_processes", device)
 
 
 _MONITOR = pick(host=_HostMonitor, cuda=_GpuMonitor)
@@ -129,12 +112,6 @@ def device_memory_used(device: Any = None) -> int:
     """Bytes of device memory in use by every process. A host driver device belongs to
     this process alone, so that is what its caching allocator holds."""
     return _MONITOR.device_memory_used(device)
-
-
-def list_gpu_processes(device: Any = None) -> str:
-    """The processes using the device and their memory, in torch.cuda's format. On the
-    host driver the only one is this process, once it has initialised musa."""
-    return _MONITOR.list_gpu_processes(device)
 
 
 __all__ = ["utilization", "memory_usage", "temperature", "power_draw", "clock_rate",

@@ -7,7 +7,7 @@ import torch
 
 from torch_musa import _C
 from torch_musa.core import _lazy
-from torch_musa.core.device import _get_device_index, device_count
+from torch_musa.core.device import _get_device_index, _parse_device, device_count
 
 
 def _generator(idx: int) -> torch.Generator:
@@ -25,7 +25,9 @@ def get_rng_state_all() -> list[torch.Tensor]:
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "musa") -> None:
-    if isinstance(device, (str, torch.device)) and torch.device(device).type != "musa":
+    if isinstance(device, str):
+        device = _parse_device(device)
+    if isinstance(device, torch.device) and device.type != "musa":
         raise ValueError(f"Expected a musa device, but got: {device}")
     state = new_state.clone(memory_format=torch.contiguous_format)
     # The index is resolved when the call runs: before the first tensor, the

@@ -9,7 +9,6 @@ musa's in their place).
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import enum
 import threading
@@ -26,7 +25,7 @@ from torch_musa.core import _lazy
 from torch_musa.core.device import _get_device_index, current_device, is_available
 
 _cuda = {name: getattr(torch.cuda, name) for name in (
-    "cudart", "current_blas_handle", "current_solver_handle", "get_per_process_memory_fraction",
+    "cudart", "current_blas_handle", "current_solver_handle",
     "ipc_collect", "is_tf32_supported", "mem_get_info")
     if hasattr(torch.cuda, name)}
 
@@ -117,8 +116,9 @@ _ERROR_TEXT = {
 
 class _HostMusart:
     """What ``torch.cuda.cudart()`` offers, for the host driver: device memory is
-    host RAM, so registering host memory has nothing to pin and succeeds, and the
-    profiler calls succeed with no external profiler attached, as CUDA's do."""
+    host RAM, so registering host memory only records the range (``is_pinned`` then
+    says True, as CUDA's does), and the profiler calls succeed with no external
+    profiler attached, as CUDA's do."""
 
     musaError = _MusaErrorCode
 
@@ -134,29 +134,23 @@ class _HostMusart:
     def musaProfilerStop() -> _MusaErrorCode:  # noqa: N802
         return _MusaErrorCode.success
 
-    # The registered ranges (start -> size), so that the answers are the runtime's:
-    # a range overlapping a registered one is already registered, and only a
-    # registered start can be unregistered.
-    _registered: dict[int, int] = {}
-    _registered_lock = threading.Lock()
-
-    @classmethod
-    def musaHostRegister(cls, ptr: int, size: int, flags: int) -> _MusaErrorCode:  # noqa: N802
+    # The runtime keeps the registered ranges (so that is_pinned sees them): a range
+    # overlapping a registered one is already registered, and only a registered start
+    # can be unregistered.
+    @staticmethod
+    def musaHostRegister(ptr: int, size: int, flags: int) -> _MusaErrorCode:  # noqa: N802
         if not ptr or size <= 0:
             return _MusaErrorCode.invalidValue
-        with cls._registered_lock:
-            if any(start < ptr + size and ptr < start + n for start, n in cls._registered.items()):
-                return _MusaErrorCode.hostMemoryAlreadyRegistered
-            cls._registered[int(ptr)] = int(size)
+        if not _C._host_register(int(ptr), int(size)):
+            return _MusaErrorCode.hostMemoryAlreadyRegistered
         return _MusaErrorCode.success
 
-    @classmethod
-    def musaHostUnregister(cls, ptr: int) -> _MusaErrorCode:  # noqa: N802
+    @staticmethod
+    def musaHostUnregister(ptr: int) -> _MusaErrorCode:  # noqa: N802
         if not ptr:
             return _MusaErrorCode.invalidValue
-        with cls._registered_lock:
-            if cls._registered.pop(int(ptr), None) is None:
-                return _MusaErrorCode.hostMemoryNotRegistered
+        if not _C._host_unregister(int(ptr)):
+            return _MusaErrorCode.hostMemoryNotRegistered
         return _MusaErrorCode.success
 
     @staticmethod
@@ -229,9 +223,6 @@ class _HostRuntime:
     def ipc_collect(self) -> None:
         pass  # the host driver shares no device memory between processes
 
-    def memory_fraction(self, idx: int) -> float:
-        return _C._get_memory_fraction(idx)
-
     def set_allocator_settings(self, env: str, settings) -> None:
         set_host_allocator_settings(settings, env)
 
@@ -263,10 +254,6 @@ class _CudaRuntime:
 
     def ipc_collect(self) -> None:
         _cuda["ipc_collect"]()
-
-    def memory_fraction(self, idx: int) -> float:
-        # CUDA's caching allocator holds the fraction set_per_process_memory_fraction set
-        return _cuda["get_per_process_memory_fraction"](idx)
 
     def set_allocator_settings(self, env: str, settings) -> None:
         torch.cuda.memory._set_allocator_settings(env)
@@ -353,56 +340,6 @@ def amp_definitely_not_available() -> bool:
     return not is_available()
 
 
-# ----------------------------------------------------------------------------- memory
-def get_per_process_memory_fraction(device: Any = None) -> float:
-    """The fraction of the device's memory this process may use (set_per_process_memory_fraction)."""
-    _lazy._lazy_init()
-    idx = _get_device_index(device, optional=True)
-    return _RUNTIME.memory_fraction(idx)
-
-
-def host_memory_stats_as_nested_dict() -> dict[str, Any]:
-    """Pinned host memory statistics, nested ({"allocations": {"current": ...}, ...}).
-
-    Counted from the process's first pinned block: ``pin_memory()`` and ``pin_memory=True``
-    allocate through the hooks' pinned allocator (core/PinnedAllocator.cpp) without the lazy
-    musa initialisation, so the counters are read whether or not musa is initialised (an
-    empty dict before initialisation hid blocks pinned before the first musa call)."""
-    out: dict[str, Any] = {}
-    for key, value in _C._host_memory_stats().items():
-        name, _, kind = key.partition(".")
-        number = value if name.endswith("_time") and kind not in ("count",) else int(value)
-        if kind:
-            out.setdefault(name, {})[kind] = number
-        else:
-            out[name] = number
-    return out
-
-
-def host_memory_stats() -> dict[str, Any]:
-    """Pinned (host) allocator statistics with torch.cuda.host_memory_stats' flat keys:
-    ``allocations.*``, ``allocated_bytes.*``, ``active_requests.*``, ``active_bytes.*``
-    ({current, peak, allocated, freed}), ``num_host_alloc``/``num_host_free`` and
-    ``host_alloc_time.*``/``host_free_time.*`` (microseconds)."""
-    flat: list[tuple[str, Any]] = []
-    for name, value in host_memory_stats_as_nested_dict().items():
-        if isinstance(value, dict):
-            flat += [(f"{name}.{k}", v) for k, v in value.items()]
-        else:
-            flat.append((name, value))
-    return collections.OrderedDict(sorted(flat))
-
-
-def reset_accumulated_host_memory_stats() -> None:
-    """Restart the ``allocated``/``freed`` totals and the timings from zero."""
-    _C._reset_host_memory_stats(False)
-
-
-def reset_peak_host_memory_stats() -> None:
-    """Set every ``peak`` to its ``current`` value."""
-    _C._reset_host_memory_stats(True)
-
-
 def _set_allocator_settings(env: str) -> None:
     """Apply allocator options given as PYTORCH_MUSA_ALLOC_CONF's text (CUDA's
     ``_set_allocator_settings``); a bad option raises naming what is allowed."""
@@ -423,7 +360,5 @@ __all__ = [
     "_DeviceGuard", "_exchange_device", "_maybe_exchange_device", "_set_stream_by_id",
     "musart", "MusaError", "check_error", "current_blas_handle", "current_blaslt_handle",
     "is_tf32_supported", "ipc_collect", "amp_definitely_not_available",
-    "get_per_process_memory_fraction", "host_memory_stats", "host_memory_stats_as_nested_dict",
-    "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats",
     "_set_allocator_settings", "fork_rng",
 ]

@@ -14,7 +14,8 @@ class ShardedGradScaler(_TorchShardedGradScaler):
 
     As torch_musa.amp's GradScaler, ``1 / scale`` is computed in float64 only where the
     hardware profile has float64, else in float32 (exact for the power-of-two scales).
-    Without a process group (one process) it unscales alone instead of raising.
+    Without a process group (one process) it unscales alone instead of raising; the
+    found-inf flags of CPU gradients are all-reduced through musa.
     """
 
     def __init__(self, device: str = "musa", init_scale: float = 2.0**16,
@@ -32,10 +33,17 @@ class ShardedGradScaler(_TorchShardedGradScaler):
             return super().unscale_(optimizer)
         state = unscale_grads(self, optimizer, allow_fp16=True, found_inf_shape=(1,))
         if dist.is_available() and dist.is_initialized():  # the ranks agree on whether any found inf
-            works = [dist.all_reduce(f, async_op=True, group=self.process_group)
+            # A CPU-offloaded shard's flag goes through musa, as in the real torch_musa: a
+            # group made for mccl alone has no backend for CPU tensors.
+            flags = [(f, f.to("musa") if f.device.type == "cpu" else f)
                      for f in state["found_inf_per_device"].values()]
+            works = [dist.all_reduce(on_musa, async_op=True, group=self.process_group)
+                     for _, on_musa in flags]
             for work in works:
                 work.wait()
+            for f, on_musa in flags:
+                if on_musa is not f:
+                    f.copy_(on_musa)
 
 
 __all__ = ["ShardedGradScaler"]

@@ -28,16 +28,22 @@ REGISTRY = Path(__file__).resolve().parent / "musa_functions.yaml"
 STRATEGIES = ("Native", "Python", "Subsystem")
 DRIVERS = ("host", "cuda")
 _SECTION = re.compile(r"^- \{op:", re.M)
-_library: torch.library.Library | None = None
+_libraries: dict[str, torch.library.Library] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
-    op: str                 # aten overload name, e.g. "histc.out"
+    op: str                 # aten overload name, e.g. "histc.out", or "<namespace>::<overload>"
     strategy: str           # Native | Python | Subsystem
     kernel: str             # cpp:<file under csrc/> | python:<module>[:<factory>]
     keys: tuple[str, ...]   # dispatch keys
     drivers: tuple[str, ...]
+    schema: str | None = None  # defines the op first (the real torch_musa adds it to PyTorch)
+
+    @property
+    def qualified(self) -> str:
+        """``namespace::overload``: aten's when the line names none."""
+        return self.op if "::" in self.op else f"aten::{self.op}"
 
     def applies(self, driver: str | None = None) -> bool:
         return (driver or CONFIG.driver) in self.drivers
@@ -57,7 +63,7 @@ def hand_written() -> tuple[Kernel, ...]:
     out = []
     for item in raw:
         k = Kernel(item["op"], item["strategy"], item["kernel"], tuple(item.get("keys", ["PrivateUse1"])),
-                   tuple(item.get("drivers", DRIVERS)))
+                   tuple(item.get("drivers", DRIVERS)), item.get("schema"))
         if k.strategy not in STRATEGIES or not set(k.drivers) <= set(DRIVERS):
             raise ValueError(f"{REGISTRY.name}: {k.op}: strategy must be one of {STRATEGIES} and drivers "
                              f"among {DRIVERS}, got {k.strategy!r}, {list(k.drivers)}")
@@ -68,24 +74,30 @@ def hand_written() -> tuple[Kernel, ...]:
 
 
 def install() -> None:
-    """Register the Python kernels that apply to this driver, on one Library (once).
+    """Define the ops the lines give a schema for, and register the Python kernels that apply
+    to this driver, on one Library per namespace (once).
 
     Some replace the registration that ops/fallback_routes.py gave their op (the boxed
     fallback); PyTorch's "overriding a previously registered kernel" warning is expected there.
     """
-    global _library
-    if _library is not None:
+    global _libraries
+    if _libraries is not None:
         return
-    lib = torch.library.Library("aten", "IMPL")
+    libs: dict[str, torch.library.Library] = {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="(?s).*overriding a previously registered kernel")
         for k in hand_written():
+            namespace, name = k.qualified.split("::")
+            if namespace not in libs:
+                libs[namespace] = torch.library.Library(namespace, "IMPL" if namespace == "aten" else "FRAGMENT")
+            if k.schema is not None:
+                libs[namespace].define(k.schema)
             if k.strategy != "Python" or not k.applies():
                 continue
             fn = k.make()
             for key in k.keys:
-                lib.impl(k.op, fn, key)
-    _library = lib
+                libs[namespace].impl(name, fn, key)
+    _libraries = libs
 
 
 def served(driver: str | None = None) -> dict[str, str]:
@@ -98,5 +110,5 @@ def served(driver: str | None = None) -> dict[str, str]:
     out.update({f"{ns}::{schema.split('(')[0]}": "Customized" for ns, schema, _, _ in _generated.CUSTOMIZED})
     for k in hand_written():
         if k.applies(driver):
-            out.setdefault(f"aten::{k.op}", k.strategy)
+            out.setdefault(k.qualified, k.strategy)
     return dict(sorted(out.items()))

@@ -46,8 +46,8 @@ from torch_musa._driver import KERNEL_DEVICE
 from torch_musa.config import CONFIG
 
 from .dtypes import LOW_PRECISION
-from .sweep_common import (compare, draw_counts, load_testing_db, profile_limited, progress_bar, rate,
-                           to_device, weighted_grads, weighted_sum)
+from .sweep_common import (compare, draw_counts, load_testing_db, name_list, pick_entries, profile_limited,
+                           progress_bar, rate, to_device, weighted_grads, weighted_sum)
 from .tolerances import tolerance
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -420,14 +420,8 @@ def _dropout_infos() -> list:
 def cases(sample: int = 1, modules: list[str] | None = None):
     """(ModuleInfo, dtype) pairs: module_db and the dropout modules, every Nth or those named."""
     infos = [*load_testing_db("common_modules", "module_db"), *_dropout_infos()]
-    known = {mi.name for mi in infos}
-    unknown = sorted(set(modules or ()) - known)
-    if unknown:
-        raise ValueError(f"not in module_db: {', '.join(unknown)}; it has {', '.join(sorted(known))}")
     lacking = set(CONFIG.profile.unsupported_dtypes())
-    for i, mi in enumerate(infos):
-        if (modules and mi.name not in modules) or (not modules and i % sample):
-            continue
+    for mi in pick_entries(infos, modules, sample, "module_db"):
         for dtype in DTYPES:
             if dtype not in lacking:
                 yield mi, dtype
@@ -512,7 +506,7 @@ def main(argv=None) -> int:
     ap.add_argument("--md", help="write the summary and the table as Markdown here")
     ap.add_argument("--png", help="write the counts per check and dtype as a chart here")
     args = ap.parse_args(argv)
-    modules = [m.strip() for m in args.modules.split(",") if m.strip()] if args.modules else None
+    modules = name_list(args.modules)
     t0 = time.time()
     results = sweep(args.sample, modules, progress=True, max_inputs=args.max_inputs)
     seconds = time.time() - t0

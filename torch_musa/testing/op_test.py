@@ -195,7 +195,7 @@ class OpTest:
         if isinstance(x, torch.Tensor):
             target = _cast_target(x, dtype, key, nocast)
             rt = round_to if (target is not None and x.is_floating_point()) else None
-            if x.is_quantized:
+            if x.is_quantized or x.is_mkldnn:  # the layout's own copy (onednn references take mkldnn)
                 out = x.to(device) if device != "cpu" else x.clone()
             else:
                 out = _copy_tensor(x, device, target, rt)

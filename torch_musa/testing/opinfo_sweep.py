@@ -6,7 +6,7 @@ on the CPU and on musa with the same seed, forward and, where the op supports
 autograd, backward; results are compared at the package's tolerance policy
 (``torch_musa.testing.TOLERANCES``).
 
-    python -m torch_musa.testing.opinfo_sweep [--sample N] [--json out.json] [--png out.png]
+    python -m torch_musa.testing.opinfo_sweep [--sample N] [--ops add,mul,...] [--json out.json] [--png out.png]
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from torch_musa.config import CONFIG
 
 # PROFILE_LIMIT is part of this module's interface (its tests read it).
 from .sweep_common import (PROFILE_LIMIT, compare, draw_counts, load_testing_db,  # noqa: F401
-                           profile_limited, rate, to_device, weighted_grads)
+                           name_list, pick_entries, profile_limited, rate, to_device, weighted_grads)
 from .tolerances import tolerance
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool]
@@ -133,20 +133,19 @@ def run_case(op, dtype) -> Result:
     return Result(name, label, fwd, bwd, reason)
 
 
-def cases(sample: int = 1, offset: int = 0):
+def cases(sample: int = 1, offset: int = 0, ops: list[str] | None = None):
+    """(OpInfo, dtype) pairs: every Nth op of op_db from ``offset``, or those named (all their variants)."""
     op_db = load_testing_db("common_methods_invocations", "op_db")
     lacking = set(CONFIG.profile.unsupported_dtypes())
-    for i, op in enumerate(op_db):
-        if i % sample != offset % sample:
-            continue
+    for op in pick_entries(op_db, ops, sample, "op_db", offset):
         supported = op.supported_dtypes("cpu")
         for dtype in DTYPES:
             if dtype in supported and dtype not in lacking:
                 yield op, dtype
 
 
-def sweep(sample: int = 1, offset: int = 0, progress: bool = False) -> list[Result]:
-    todo = list(cases(sample, offset))
+def sweep(sample: int = 1, offset: int = 0, progress: bool = False, ops: list[str] | None = None) -> list[Result]:
+    todo = list(cases(sample, offset, ops))
     results = []
     t0 = time.time()
     with warnings.catch_warnings():
@@ -209,10 +208,12 @@ def write_png(results: list[Result], path: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sample", type=int, default=1, help="take every Nth op (1 = all)")
+    ap.add_argument("--ops", help="comma-separated op_db names (add,nn.functional.conv2d), every variant "
+                                  "of each; overrides --sample")
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--png", help="write the pass/fail counts per dtype as a chart here")
     args = ap.parse_args(argv)
-    results = sweep(args.sample, progress=True)
+    results = sweep(args.sample, progress=True, ops=name_list(args.ops))
     s = summary(results)
     print(f"{s['pairs']} op/dtype pairs ({s['skipped']} skipped): forward {s['forward_pass_rate']:.2%}, "
           f"forward+backward {s['forward_backward_pass_rate']:.2%}; where the profile allows the dtype "

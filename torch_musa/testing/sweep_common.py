@@ -7,6 +7,7 @@ same thing the same way.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -43,6 +44,27 @@ def load_testing_db(module: str, name: str):
     if flags_were_free:  # torch.backends wraps its module: reach the real globals
         torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
     return db
+
+
+def name_list(text: str | None) -> list[str] | None:
+    """A ``--modules`` / ``--ops`` value (comma-separated names) as a list; None when not given."""
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
+def pick_entries(entries: list, names: list[str] | None, sample: int, db: str, offset: int = 0) -> list:
+    """The database entries whose ``name`` is in ``names`` (every entry of a name: an op's
+    variants too), else every ``sample``-th entry from ``offset``. A name the database lacks is a
+    ValueError naming it, the closest names it has, and where to list them all."""
+    if not names:
+        return entries[offset % sample::sample]
+    known = {e.name for e in entries}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        hints = [f"{n} (closest: {', '.join(difflib.get_close_matches(n, known, 3)) or 'none'})"
+                 for n in unknown]
+        raise ValueError(f"not in {db}: {'; '.join(hints)}; it has {len(known)} names "
+                         f"(sorted({{e.name for e in {db}}}) lists them)")
+    return [e for e in entries if e.name in names]
 
 
 def to_device(x, device):

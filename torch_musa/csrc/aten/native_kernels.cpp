@@ -170,6 +170,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     profiler::UnrecordedInternals internals;
     out.copy_(src, non_blocking);
   }
+  // A pinned block freed while this copy may still run is not reused before it has.
+  if (non_blocking && self.is_privateuseone() != dst.is_privateuseone()) {
+    const at::Tensor& host = self.is_privateuseone() ? dst : self;
+    const auto d = self.is_privateuseone() ? self.device().index() : dst.device().index();
+    if (host.device().is_cpu()) record_pinned_use(host.storage().data(), current_stream(d));
+  }
   if (DebugHook check = value_check_hook(); C10_UNLIKELY(check != nullptr))
     check("aten::_copy_from", {self, dst}, {dst});  // NaN/Inf entering musa from a CPU tensor
   return dst;

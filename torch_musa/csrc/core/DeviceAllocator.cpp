@@ -12,8 +12,10 @@
 #include <atomic>
 #include <iomanip>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace torch_musa {
 
@@ -40,7 +42,34 @@ c10::DataPtr DeviceAllocator::allocate_on(c10::DeviceIndex d, size_t nbytes,
   check_device(d);
   mark_initialized();
   if (nbytes == 0) return c10::DataPtr(nullptr, tag);
-  return allocate_bytes(d, nbytes, tag);
+  try {
+    return allocate_bytes(d, nbytes, tag);
+  } catch (const c10::OutOfMemoryError&) {
+    notify_out_of_memory(d, nbytes);
+    throw;
+  }
+}
+
+namespace {
+std::mutex g_oom_mu;
+std::vector<OutOfMemoryObserver> g_oom_observers;  // under g_oom_mu
+}  // namespace
+
+void attach_out_of_memory_observer(OutOfMemoryObserver observer) {
+  std::lock_guard<std::mutex> g(g_oom_mu);
+  g_oom_observers.push_back(std::move(observer));
+}
+
+void DeviceAllocator::notify_out_of_memory(c10::DeviceIndex d, size_t nbytes) {
+  std::vector<OutOfMemoryObserver> observers;
+  {
+    std::lock_guard<std::mutex> g(g_oom_mu);
+    observers = g_oom_observers;
+  }
+  if (observers.empty()) return;
+  const int64_t allocated = getDeviceStats(d).allocated_bytes[0].current;
+  const auto [free, total] = getMemoryInfo(d);
+  for (const auto& observer : observers) observer(d, int64_t(nbytes), allocated, int64_t(free));
 }
 
 void DeviceAllocator::copy_data(void* dst, const void* src, std::size_t n) const {

@@ -62,7 +62,8 @@ using PoolFilter = std::function<bool(c10::Stream)>;
 class DeviceAllocator : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) final;  // on the current device
-  // Checks the device and the fork guard, marks the runtime initialised.
+  // Checks the device and the fork guard, marks the runtime initialised; on out of
+  // memory tells the observers (attach_out_of_memory_observer) before raising.
   c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes, c10::Device tag);
   void copy_data(void* dst, const void* src, std::size_t count) const final;
   bool initialized() override { return true; }
@@ -96,6 +97,9 @@ class DeviceAllocator : public c10::DeviceAllocator {
  protected:
   virtual c10::DataPtr allocate_bytes(c10::DeviceIndex device, size_t nbytes,
                                       c10::Device tag) = 0;  // nbytes > 0
+
+ private:
+  void notify_out_of_memory(c10::DeviceIndex device, size_t nbytes);
 };
 
 class CachingAllocator final : public DeviceAllocator {
@@ -169,9 +173,25 @@ void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
 // The checks both allocators make before changing a device's fraction.
 void check_memory_fraction(double fraction, c10::DeviceIndex device);
 
-// Page-locked host memory for pin_memory() and non_blocking copies.
+// Page-locked host memory for pin_memory() and non_blocking copies, cached: a
+// freed block serves the next request of its size class once the copies recorded
+// on it (record_pinned_use, on the copy's stream) have completed.
 c10::Allocator& pinned_allocator();
+void record_pinned_use(const void* ptr, c10::Stream stream);  // no-op if not pinned
+void empty_pinned_cache();  // returns the idle cached blocks to the driver
+// Pinned memory, or inside a range registered with musaHostRegister.
 bool is_pinned(const void* ptr);
+// musaHostRegister / musaHostUnregister: false where the range overlaps one already
+// registered / `ptr` starts no registered range.
+bool register_host_range(const void* ptr, size_t size);
+bool unregister_host_range(const void* ptr);
+
+// Out-of-memory observers (torch.cuda's attachOutOfMemoryObserver): called with the
+// device, the bytes requested, the bytes allocated on the device and its free bytes,
+// after an allocation failed and before the error is raised, outside allocator locks.
+using OutOfMemoryObserver = std::function<void(int64_t device, int64_t alloc,
+                                               int64_t device_allocated, int64_t device_free)>;
+void attach_out_of_memory_observer(OutOfMemoryObserver observer);
 
 // While alive, CPU allocations on this thread come from musa `device`'s pool
 // (tagged as CPU), so that a host kernel's fresh outputs are device memory and

@@ -372,6 +372,29 @@ void init_memory(py::module_& m) {
   });
   m.def("_empty_cache_pool", [](py::tuple id) { device_allocator().emptyCache(to_id(id)); });
 
+  m.def("_host_emptyCache", &empty_pinned_cache);
+  m.def("_host_register", [](uintptr_t ptr, size_t size) {
+    return register_host_range(reinterpret_cast<const void*>(ptr), size);
+  });
+  m.def("_host_unregister", [](uintptr_t ptr) {
+    return unregister_host_range(reinterpret_cast<const void*>(ptr));
+  });
+  // torch._C._cuda_attach_out_of_memory_observer's twin. The observer is called on
+  // the allocating thread, which may not hold the GIL (a kernel's output).
+  m.def("_musa_attach_out_of_memory_observer", [](py::object observer) {
+    // Kept for the process's life: released after Python finalised, it would crash.
+    auto* held = new py::object(std::move(observer));
+    attach_out_of_memory_observer(
+        [held](int64_t device, int64_t alloc, int64_t allocated, int64_t free) {
+          py::gil_scoped_acquire gil;
+          try {
+            (*held)(device, alloc, allocated, free);
+          } catch (py::error_already_set& e) {
+            e.discard_as_unraisable("out-of-memory observer");
+          }
+        });
+  });
+
   m.def("_set_unified_cpu_allocator", &set_unified_cpu_allocator);
   m.def("_unified_cpu_allocator", &unified_cpu_allocator);
 

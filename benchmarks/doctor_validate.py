@@ -1,0 +1,225 @@
+"""Validate musa-doctor's step-time estimate against measured step times.
+
+Run on a machine with an NVIDIA GPU, under the cuda driver (the card comes from the
+GPU's name: H100 -> h100, H200 -> h200; --card overrides it):
+
+    TORCH_MUSA_DRIVER=cuda python benchmarks/doctor_validate.py --json RESULTS.json
+
+For GPT-2 small (HF, batch 16 x 1024, bf16 autocast, fused AdamW), ResNet-18
+(HF ResNet, basic blocks, batch 64 x 224^2, bf16 autocast, SGD momentum) and a
+2-layer LSTM language model (650 wide, vocab 10,000, bptt 35, batch 20, fp32,
+clipped SGD), all on musa: warm up, record one training step with musa-doctor's
+session, estimate it on --card with the roofline model, then time --steps steps
+without the session. Prints estimate, band, measured time and the error per model
+(goal: within +-30 %), the estimate's device and host parts, the ops that dominate
+it, and GPT-2's recorded FLOPs against 6 x parameters x tokens; --json writes it all. ``--small`` shrinks every model
+so the script runs on the host driver (a smoke test; its times mean nothing).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+from torch_musa.utils.doctor import roofline
+from torch_musa.utils.doctor.cards import card, cards
+from torch_musa.utils.doctor.session import Session
+
+DEVICE = "musa"
+
+
+def gpt2(small: bool):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    batch, seq = (2, 64) if small else (16, 1024)
+    cfg = GPT2Config(n_positions=seq, **({"n_layer": 2, "n_embd": 128, "n_head": 4} if small else {}))
+    model = GPT2LMHeadModel(cfg).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=DEVICE)
+
+    def step():
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def resnet18(small: bool):
+    from transformers import ResNetConfig, ResNetForImageClassification
+    batch, size = (2, 64) if small else (64, 224)
+    cfg = ResNetConfig(layer_type="basic", depths=[2, 2, 2, 2], hidden_sizes=[64, 128, 256, 512],
+                       embedding_size=64, num_labels=1000)
+    model = ResNetForImageClassification(cfg).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, size, size, device=DEVICE)
+    y = torch.randint(0, 1000, (batch,), device=DEVICE)
+
+    def step():
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = model(pixel_values=x, labels=y).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def lstm_lm(small: bool):
+    vocab, hidden, bptt, batch = (1000, 64, 8, 4) if small else (10000, 650, 35, 20)
+    embed = torch.nn.Embedding(vocab, hidden)
+    rnn = torch.nn.LSTM(hidden, hidden, num_layers=2, dropout=0.5)
+    decoder = torch.nn.Linear(hidden, vocab)
+    model = torch.nn.ModuleList([embed, rnn, decoder]).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    data = torch.randint(0, vocab, (bptt + 1, batch), device=DEVICE)
+
+    def step():
+        out, _ = rnn(embed(data[:-1]))
+        loss = torch.nn.functional.cross_entropy(decoder(out).view(-1, vocab), data[1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+MODELS = {"gpt2-small": gpt2, "resnet18": resnet18, "lstm-lm": lstm_lm}
+
+
+def measure(step, steps: int) -> tuple[float, float]:
+    """Seconds per step, and the host's share: the time to issue the steps before the
+    final synchronize (the whole time when the host is the bound)."""
+    torch.musa.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    issued = time.perf_counter() - t0
+    torch.musa.synchronize()
+    return (time.perf_counter() - t0) / steps, issued / steps
+
+
+def profile_table(step, path: str) -> None:
+    """torch.profiler's tables of two steps: CPU time per op (the host cost the model
+    prices at HOST_S) and device time per kernel."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        for _ in range(2):
+            step()
+        torch.musa.synchronize()
+    ka = prof.key_averages()
+    with open(path, "w") as f:
+        f.write(ka.table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+        if len(activities) > 1:
+            f.write(ka.table(sort_by="self_device_time_total", row_limit=30) + "\n")
+
+
+def card_of_gpu(name: str) -> str:
+    """The card whose key the GPU's name (``torch.musa.get_device_name()``) contains:
+    "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA H200" -> h200, "MTT S4000" -> s4000."""
+    squeezed = name.lower().replace(" ", "")
+    found = [key for key in cards() if key in squeezed]
+    if len(found) != 1:
+        raise SystemExit(f"no card for the GPU {name!r}: pass --card, one of {', '.join(cards())}")
+    return found[0]
+
+
+def gpt2_flops_check(model_flops: int, small: bool) -> dict:
+    """The 6·N·tokens rule (N without the position table, the tied LM head counted once)
+    plus attention's 14·layers·tokens·seq·width (the forward's two products, the
+    backward's five), against the FLOPs the recorder counted."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    batch, seq = (2, 64) if small else (16, 1024)
+    cfg = GPT2Config(n_positions=seq, **({"n_layer": 2, "n_embd": 128, "n_head": 4} if small else {}))
+    with torch.device("meta"):
+        n = sum(p.numel() for p in GPT2LMHeadModel(cfg).parameters()) - cfg.n_positions * cfg.n_embd
+    tokens = batch * seq
+    rule = 6 * n * tokens + 14 * cfg.n_layer * tokens * seq * cfg.n_embd
+    return {"params": n, "tokens": tokens, "rule_flops": rule, "recorded_flops": model_flops,
+            "recorded_over_rule": model_flops / rule}
+
+
+def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, profile_dir: str | None) -> dict:
+    step = MODELS[name](small)
+    for _ in range(warmup):
+        step()
+    with Session([os.path.dirname(os.path.abspath(__file__))], steps_from_optimizer=False) as s:
+        step()
+    e = roofline.estimate(s.ops.steps[0], card(card_key))
+    measured, issued = measure(step, steps)
+    if profile_dir:
+        profile_table(step, os.path.join(profile_dir, f"doctor_validate_{name}_profile.txt"))
+    calls = s.ops.steps[0]
+    r = {"model": name, "card": card_key, "estimate_s": e["estimate_s"], "low_s": e["low_s"],
+         "high_s": e["high_s"], "device_s": e["device_s"], "host_s": e["host_s"], "measured_s": measured,
+         "issued_s": issued,
+         "error": e["estimate_s"] / measured - 1, "in_band": e["low_s"] <= measured <= e["high_s"],
+         "flops": e["flops"], "bytes": e["bytes"],
+         "launching_ops": sum(c.kind != "view" for c in calls), "view_ops": sum(c.kind == "view" for c in calls),
+         "layouts": {k: sum(c.layout == k for c in calls) for k in ("unaligned", "channels_first")},
+         "model_text": e["model"],
+         "top_ops": [{"op": o["op"], "calls": o["calls"], "ms": round(o["time_s"] * 1e3, 3),
+                      "gflop": round(o["flops"] / 1e9, 1), "mb": round(o["bytes"] / 1e6, 1),
+                      "compute_bound_calls": o["compute_bound"]} for o in e["ops"][:12]]}
+    if name == "gpt2-small":
+        r["flops_check"] = gpt2_flops_check(e["flops"], small)
+    return r
+
+
+def show(r: dict) -> None:
+    """The estimate's parts, for diagnosing a miss."""
+    print(f"    device {r['device_s'] * 1e3:.2f} ms, host {r['host_s'] * 1e3:.2f} ms "
+          f"({r['launching_ops']} launching ops, {r['view_ops']} views), measured {r['measured_s'] * 1e3:.2f} ms "
+          f"(host issued it in {r['issued_s'] * 1e3:.2f} ms); "
+          f"{r['flops'] / 1e12:.2f} TFLOP, {r['bytes'] / 1e9:.2f} GB; layouts {r['layouts']}")
+    for o in r["top_ops"][:8]:
+        print(f"      {o['op']:<40} {o['calls']:>5} calls {o['ms']:>9.3f} ms  {o['gflop']:>9.1f} GFLOP "
+              f"{o['mb']:>9.1f} MB")
+    if "flops_check" in r:
+        f = r["flops_check"]
+        print(f"    FLOPs recorded {f['recorded_flops'] / 1e12:.2f} T vs 6*N*tokens + attention "
+              f"{f['rule_flops'] / 1e12:.2f} T (N={f['params'] / 1e6:.1f} M): x{f['recorded_over_rule']:.3f}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--card", help="the card whose peaks the estimate uses (default: the GPU's own, by name)")
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--small", action="store_true", help="tiny models, for the host driver")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--profile-dir", help="also write torch.profiler tables of two steps per model here")
+    a = p.parse_args(argv)
+    gpu = torch.musa.get_device_name()
+    if a.card is None:
+        a.card = card_of_gpu(gpu)
+    card(a.card)        # an unknown --card stops here, naming the known ones
+    print(f"GPU: {gpu}; card: {a.card} ({card(a.card).name}, {card(a.card).bandwidth_gbs:g} GB/s, "
+          f"bf16 {card(a.card).tflops.get('bf16')} TFLOPS)")
+    rows = []
+    print(f"{'model':<12} {'estimate':>10} {'band':>21} {'measured':>10} {'error':>8}  bound")
+    for name in a.models.split(","):
+        if name not in MODELS:
+            sys.exit(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
+        r = validate(name, a.card, a.small, a.warmup, a.steps, a.profile_dir)
+        rows.append(r)
+        bound = "host" if r["host_s"] > r["device_s"] else "device"
+        band = f"{r['low_s'] * 1e3:.2f}-{r['high_s'] * 1e3:.2f}ms"
+        print(f"{name:<12} {r['estimate_s'] * 1e3:>8.2f}ms {band:>21} {r['measured_s'] * 1e3:>8.2f}ms "
+              f"{r['error'] * 100:>+7.1f}%  {bound}", flush=True)
+        show(r)
+    worst = max(abs(r["error"]) for r in rows)
+    print(f"largest error {worst * 100:.1f} % (goal: within 30 %) on {a.card}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"gpu": gpu, "card": a.card, "torch": torch.__version__, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
