@@ -57,13 +57,13 @@ _PROFILER_MODULE = "_musa_autograd_profiler"
 _PROFILER_ON = f"{_PROFILER_MODULE}._is_profiler_enabled"
 
 
-def profiled_kernel_call(name: str, kernel, *args):
+def profiled_kernel_call(name: str, kernel, *args, **kwargs):
     """Call a compiled musa kernel as torch.profiler sees a CUDA one (Triton's launcher
     does the same): an op named after the kernel, with the kernel's span on the current
     stream as its musa device time, ``musa_kernel:<name>``. The kernel runs on the calling
     thread under the host driver, so that span is its device time."""
     with torch._C._profiler._RecordFunctionFast(name), _C._KernelSpan(name):
-        return kernel(*args)
+        return kernel(*args, **kwargs)
 
 
 class _MusaWrapperMixin:
@@ -78,7 +78,8 @@ class _MusaWrapperMixin:
             name = kernel_name
             if torch._inductor.config.triton.cudagraphs:
                 # reduce-overhead: a MUSA graph capture records C++ kernels through this call
-                kernel_name, call_args = "musa_run_host_callable", [kernel_name, *call_args]
+                call_args = [kernel_name, *call_args, f"name={kernel_name!r}"]
+                kernel_name = "musa_run_host_callable"
             # Under torch.profiler the kernel is an op of its own name with its span as
             # musa device time (profiled_kernel_call); otherwise a plain call.
             args = ", ".join(call_args)
@@ -190,7 +191,7 @@ class ProfileDtypeCheck(CustomGraphModulePass):
     def uuid(self) -> bytes:
         # Compiled graphs are cached on disk: one checked under another profile must not be
         # reused, nor one lowered before a change to this backend's lowerings (the version).
-        key = f"musa-dtype-check-v10:{sorted(map(str, self._unsupported()))}"
+        key = f"musa-dtype-check-v11:{sorted(map(str, self._unsupported()))}"
         return hashlib.sha256(key.encode()).digest()
 
 
