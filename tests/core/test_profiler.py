@@ -162,3 +162,105 @@ def test_copies_are_memcpy_events(tmp_path):
                                                "Memcpy DtoH (Device -> Pageable)",
                                                "Memcpy DtoD (Device -> Device)"}
     assert all(c["args"]["bytes"] == 128 * 128 * 4 for c in copies)
+
+
+CONVOLUTIONS = ("aten::convolution_overrideable", "aten::convolution_backward_overrideable")
+
+
+def test_convolution_forward_and_backward_report_device_time():
+    # Convolution reaches musa as the two *_overrideable ops, native kernels outside the
+    # op path's KernelCall: they record their spans themselves.
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 16, 16)
+    mconv = torch.nn.Conv2d(3, 8, 3, padding=1).to("musa")
+    mconv.load_state_dict(conv.state_dict())
+    mx = x.to("musa").requires_grad_()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
+        out = mconv(mx)
+        out.square().sum().backward()
+    kd = kernel_device()
+    ref_x = x.to(kd).requires_grad_()
+    ref = torch.nn.functional.conv2d(ref_x, conv.weight.to(kd), conv.bias.to(kd), padding=1)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out.cpu(), ref.cpu())
+    torch.testing.assert_close(mx.grad.cpu(), ref_x.grad.cpu())
+    rows = {e.key: e for e in prof.key_averages()}
+    for op in CONVOLUTIONS:
+        assert rows[op].device_time_total > 0, (op, sorted(rows))
+    if HOST:  # one kernel each, linked to its op and counted as its self time
+        for op in CONVOLUTIONS:
+            assert rows[f"musa_kernel:{op}"].count == 1
+            assert rows[op].self_device_time_total == rows[f"musa_kernel:{op}"].device_time_total
+        ops = [e for e in prof.events() if e.name in CONVOLUTIONS and e.device_type not in DEVICE_KINDS]
+        assert len(ops) == 2 and all(len(op.kernels) == 1 for op in ops)
+
+
+def test_item_is_a_device_to_host_copy():
+    x = torch.arange(6.0, device="musa")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
+        value = x.sum().item()
+    assert value == 15.0
+    rows = {e.key: e for e in prof.key_averages()}
+    dtoh = [r for k, r in rows.items() if k.startswith("Memcpy DtoH")]
+    assert sum(r.count for r in dtoh) == 1, sorted(rows)
+    if HOST:
+        assert rows["aten::_local_scalar_dense"].device_time_total > 0
+
+
+def test_kernel_span_from_python_counts_once_and_ends_on_error():
+    # _C._KernelSpan is how kernels outside the op path (Inductor's compiled kernels,
+    # Python kernels over aliases) record their spans: ops run inside it are part of
+    # its kernel, and an exception still ends it (the next op records its own).
+    from torch_musa import _C
+
+    a = torch.randn(8, device="musa")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
+        with pytest.raises(ValueError, match="inside"):
+            with _C._KernelSpan("python_kernel"):
+                a.relu()
+                raise ValueError("raised inside the span")
+        b = a.neg()
+    torch.testing.assert_close(b.cpu(), -a.cpu())
+    names = [e.name for e in prof.events() if e.device_type == DEVICE_TYPE]
+    assert names == (["musa_kernel:python_kernel", "musa_kernel:aten::neg"] if HOST else []), names
+    ops = {e.name for e in prof.events() if e.device_type not in DEVICE_KINDS}
+    assert "aten::neg" in ops and "aten::relu" not in ops  # the kernel's internals, unrecorded
+
+
+def test_a_kernels_own_op_calls_are_not_recorded():
+    # musa's relu runs the kernel device's relu, which calls clamp_min over aliases of
+    # the musa memory: the kernel's internals, kept out of the record as a GPU kernel's
+    # are (as tensors of another device over musa bytes they confused the memory
+    # profiler's tensor identities).
+    a = torch.randn(16, device="musa")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA],
+                 record_shapes=True) as prof:
+        a.relu()
+        a.to("cpu")
+    names = [e.name for e in prof.events() if e.device_type not in DEVICE_KINDS]
+    assert "aten::relu" in names and "aten::clamp_min" not in names
+    # to("cpu"): the user's copy_ into the host tensor, not the kernel's own copy_ inside
+    # musa's _copy_from
+    assert names.count("aten::_copy_from") == 1 and names.count("aten::copy_") == 1, names
+
+
+def test_kernel_span_cannot_be_entered_twice():
+    from torch_musa import _C
+
+    span = _C._KernelSpan("k")
+    with span:
+        with pytest.raises(RuntimeError, match="already entered"):
+            span.__enter__()
+
+
+def test_python_kernels_report_device_time():
+    # musa's integer/float histc is a Python kernel over the tensor's bytes (host driver)
+    x = torch.tensor([0.5, 1.5, 1.5, 3.5], device="musa")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
+        h = torch.histc(x, bins=4, min=0, max=4)
+    assert h.cpu().tolist() == [1.0, 2.0, 0.0, 1.0]
+    rows = {e.key: e for e in prof.key_averages()}
+    assert rows["aten::histc"].device_time_total > 0, sorted(rows)
+    if HOST:
+        assert rows["musa_kernel:aten::histc"].count == 1

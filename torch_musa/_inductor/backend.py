@@ -39,6 +39,7 @@ from torch._inductor.lowering import fallback_handler, lowerings
 from torch._inductor.scheduler import BaseSchedulerNode
 from torch._inductor.virtualized import V
 
+from torch_musa import _C
 from torch_musa._driver import pick
 from torch_musa._inductor import kernel_device
 from torch_musa._inductor.aoti import MusaCppWrapperCpu
@@ -50,6 +51,21 @@ __all__ = ["register", "MusaPythonWrapperCodegen", "MusaDeviceOpOverrides", "Pro
 DEVICE = "musa"
 
 
+# Names the generated wrapper binds in its header for profiled kernel calls.
+_PROFILED_CALL = "_musa_profiled_kernel_call"
+_PROFILER_MODULE = "_musa_autograd_profiler"
+_PROFILER_ON = f"{_PROFILER_MODULE}._is_profiler_enabled"
+
+
+def profiled_kernel_call(name: str, kernel, *args, **kwargs):
+    """Call a compiled musa kernel as torch.profiler sees a CUDA one (Triton's launcher
+    does the same): an op named after the kernel, with the kernel's span on the current
+    stream as its musa device time, ``musa_kernel:<name>``. The kernel runs on the calling
+    thread under the host driver, so that span is its device time."""
+    with torch._C._profiler._RecordFunctionFast(name), _C._KernelSpan(name):
+        return kernel(*args, **kwargs)
+
+
 class _MusaWrapperMixin:
     """What the musa wrapper changes in Inductor's Python wrapper (see the module doc)."""
 
@@ -59,13 +75,24 @@ class _MusaWrapperMixin:
 
         device = device or V.graph.get_current_device_or_throw()
         if not triton and device.type == DEVICE:
+            name = kernel_name
             if torch._inductor.config.triton.cudagraphs:
                 # reduce-overhead: a MUSA graph capture records C++ kernels through this call
-                kernel_name, call_args = "musa_run_host_callable", [kernel_name, *call_args]
-            self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                call_args = [kernel_name, *call_args, f"name={kernel_name!r}"]
+                kernel_name = "musa_run_host_callable"
+            # Under torch.profiler the kernel is an op of its own name with its span as
+            # musa device time (profiled_kernel_call); otherwise a plain call.
+            args = ", ".join(call_args)
+            self.writeline(f"{_PROFILED_CALL}({name!r}, {kernel_name}, {args}) "
+                           f"if {_PROFILER_ON} else {self.wrap_kernel_call(kernel_name, call_args)}")
             return
         return super()._generate_kernel_call_helper(kernel_name, call_args, device=device,
                                                     triton=triton, **kwargs)
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.header.writeline(f"from torch.autograd import profiler as {_PROFILER_MODULE}")
+        self.header.writeline(f"from {__name__} import profiled_kernel_call as {_PROFILED_CALL}")
 
     def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None,
                         is_pinned=False):
@@ -164,7 +191,7 @@ class ProfileDtypeCheck(CustomGraphModulePass):
     def uuid(self) -> bytes:
         # Compiled graphs are cached on disk: one checked under another profile must not be
         # reused, nor one lowered before a change to this backend's lowerings (the version).
-        key = f"musa-dtype-check-v9:{sorted(map(str, self._unsupported()))}"
+        key = f"musa-dtype-check-v11:{sorted(map(str, self._unsupported()))}"
         return hashlib.sha256(key.encode()).digest()
 
 

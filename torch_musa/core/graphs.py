@@ -164,10 +164,10 @@ def _writes_cpu(func, args, kwargs) -> bool:
 class _HostCall:
     """A host function over musa memory that a capture recorded; replay calls it again."""
 
-    __slots__ = ("fn", "args", "__weakref__")
+    __slots__ = ("fn", "args", "name", "__weakref__")
 
-    def __init__(self, fn: Callable, args: tuple):
-        self.fn, self.args = fn, args
+    def __init__(self, fn: Callable, args: tuple, name: str):
+        self.fn, self.args, self.name = fn, args, name
 
 
 # Recorded host calls by key, alive while a graph (or a capture) holds them.
@@ -181,6 +181,10 @@ def _replay_host_call(key: int, tensors: list[torch.Tensor]) -> None:
     call = _host_calls.get(key)
     if call is None:
         raise RuntimeError("MUSA graph replay: a recorded host call is gone (its graph was reset)")
+    if torch.autograd.profiler._is_profiler_enabled:  # its span is musa device time there
+        with _C._KernelSpan(call.name):
+            call.fn(*call.args)
+        return
     call.fn(*call.args)
 
 
@@ -196,17 +200,18 @@ def _host_call_operator():
     return _host_call_op[1]
 
 
-def run_host_callable(fn: Callable, *args: Any) -> Any:
+def run_host_callable(fn: Callable, *args: Any, name: str | None = None) -> Any:
     """Call ``fn(*args)``, host code over musa tensors' memory (Inductor's C++ kernels under
     the host driver, which the dispatcher never sees); while a MUSA graph captures on this
-    thread, the call is recorded too, so that replay calls it again over the same tensors.
+    thread, the call is recorded too, so that replay calls it again over the same tensors
+    (``name``: its kernel's name in torch.profiler's record of a replay).
     Outside capture this is ``fn(*args)``."""
     if not _captures_in_progress:
         return fn(*args)
     tensors = [a for a in args if _is_musa(a)]
     if not tensors:
         return fn(*args)
-    call = _HostCall(fn, args)
+    call = _HostCall(fn, args, name or getattr(fn, "__name__", "host_call"))
     key = next(_host_call_keys)
     _host_calls[key] = call
     _host_call_operator()(key, tensors)  # a capturing thread's recorder keeps ``call``

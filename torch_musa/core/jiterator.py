@@ -234,10 +234,11 @@ class _JittedFunction:
         boxed = [_CSCALAR[t](v) for t, v in zip(extra, values.values())]
         n = ins[0].numel()
         if n:
-            lib.musa_jiterator_run(
-                n, _pointers([t.data_ptr() for t in ins]),
-                _pointers([t.data_ptr() for t in outs]),
-                _pointers([ctypes.addressof(b) for b in boxed]))
+            with _C._KernelSpan(self.kernel_name, ins[0].device.index):  # torch.profiler's
+                lib.musa_jiterator_run(
+                    n, _pointers([t.data_ptr() for t in ins]),
+                    _pointers([t.data_ptr() for t in outs]),
+                    _pointers([ctypes.addressof(b) for b in boxed]))
         outs = [o if o.dtype == result else o.to(result) for o in outs]
         return outs[0] if not self.return_by_ref else tuple(outs)
 

@@ -63,14 +63,15 @@ def integer_histc(x: torch.Tensor, bins: int, min, max) -> torch.Tensor:
 
 
 def histc(self: torch.Tensor, bins: int = 100, min=0, max=0) -> torch.Tensor:
-    host = _C._kernel_alias(self)
-    if self.dtype in INTEGER_DTYPES:
-        result = integer_histc(host, bins, min, max)
-    else:
-        result = torch.ops.aten.histc.default(host, bins, min, max)
-    out = torch.empty(result.shape, dtype=result.dtype, device=self.device)
-    _C._kernel_alias(out).copy_(result)
-    return out
+    with _C._KernelSpan("aten::histc"):  # torch.profiler's device time of the op
+        host = _C._kernel_alias(self)
+        if self.dtype in INTEGER_DTYPES:
+            result = integer_histc(host, bins, min, max)
+        else:
+            result = torch.ops.aten.histc.default(host, bins, min, max)
+        out = torch.empty(result.shape, dtype=result.dtype, device=self.device)
+        _C._kernel_alias(out).copy_(result)
+        return out
 
 
 def histc_out(self: torch.Tensor, bins: int = 100, min=0, max=0, *, out: torch.Tensor) -> torch.Tensor:

@@ -127,6 +127,7 @@ class KernelCall {
   c10::DeviceIndex device_ = -1;
   bool host_read_ = false;  // a sync op: device() waits for the queued work
   profiler::KernelSpan span_{op_, overload_, &device_};  // torch.profiler's kernel
+  profiler::UnrecordedInternals internals_;  // the host kernel's own op calls
   at::Tensor other_;
   const char* other_arg_ = nullptr;
   bool downcast_ = false;

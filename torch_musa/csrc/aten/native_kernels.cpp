@@ -167,6 +167,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                             : dst.is_privateuseone() ? "Memcpy DtoD" : "Memcpy DtoH",
                             dst.is_privateuseone() ? dst.device().index() : self.device().index(),
                             int64_t(dst.numel()) * int64_t(dst.element_size()));
+    profiler::UnrecordedInternals internals;
     out.copy_(src, non_blocking);
   }
   // A pinned block freed while this copy may still run is not reused before it has.
@@ -188,6 +189,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   sync_point("_local_scalar_dense (.item())");
   wait_for_host_read(current_stream(self.device().index()));
+  profiler::CopySpan span("Memcpy DtoH", self.device().index(), int64_t(self.element_size()));
+  profiler::UnrecordedInternals internals;
   return at::_local_scalar_dense(kernel_alias(self, /*materialize=*/false));
 }
 
@@ -234,6 +237,8 @@ at::Tensor convolution_overrideable(
     c10::IntArrayRef output_padding, int64_t groups) {
   const at::Tensor b = bias.value_or(at::Tensor());
   const auto d = common_device({&input, &weight, &b});
+  profiler::KernelSpan span("aten::convolution_overrideable", "", &d);
+  profiler::UnrecordedInternals internals;
   KernelAllocationScope scope(d);
   KernelThreads threads;
   const auto acc = [&](const at::Tensor& t) { return accumulate_in_float(on_kernel_device(t), input); };
@@ -259,6 +264,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   if (output_mask[2])
     bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups
                                                  : weight.size(0)};
+  profiler::KernelSpan span("aten::convolution_backward_overrideable", "", &d);
+  profiler::UnrecordedInternals internals;
   KernelAllocationScope scope(d);
   KernelThreads threads;
   const auto acc = [&](const at::Tensor& t) { return accumulate_in_float(on_kernel_device(t), input); };

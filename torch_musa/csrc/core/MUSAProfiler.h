@@ -5,6 +5,7 @@
 // device time and export_chrome_trace() shows the kernels on musa stream rows.
 #pragma once
 
+#include <ATen/record_function.h>
 #include <c10/core/Device.h>
 
 #include <atomic>
@@ -62,6 +63,30 @@ class CopySpan {
   c10::DeviceIndex device_;
   int64_t nbytes_;
   int64_t start_ns_ = 0;
+};
+
+// Keeps the ops a kernel calls inside (the host kernel's CPU-side internals, over
+// aliases of musa memory) out of torch.profiler's record while it records ops on
+// this thread, as a GPU kernel's internals are: those CPU tensors over musa bytes
+// would otherwise join unrelated musa tensors at one address into one identity of
+// the memory profiler (a layer's activations categorised as parameters). Costs one
+// thread-local read when no profile runs.
+class UnrecordedInternals {
+ public:
+  UnrecordedInternals() {
+    if (C10_UNLIKELY(at::hasThreadLocalCallbacks()) && at::isRecordFunctionEnabled()) {
+      at::enableRecordFunction(false);
+      active_ = true;
+    }
+  }
+  ~UnrecordedInternals() {
+    if (active_) at::enableRecordFunction(true);
+  }
+  UnrecordedInternals(const UnrecordedInternals&) = delete;
+  UnrecordedInternals& operator=(const UnrecordedInternals&) = delete;
+
+ private:
+  bool active_ = false;
 };
 
 // Kernels recorded in the current/last profile (for tests and diagnostics).

@@ -8,6 +8,7 @@
 #include "utils/nan_check.h"
 #include "core/Device.h"
 #include "core/MUSAStream.h"
+#include "core/MUSAProfiler.h"
 
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
@@ -31,6 +32,28 @@ void init_graphs(pybind11::module_& m);
 namespace {
 
 using namespace torch_musa;
+
+// _C._KernelSpan: profiler::KernelSpan entered and left from Python.
+class KernelSpanScope {
+ public:
+  KernelSpanScope(std::string name, int device)
+      : name_(std::move(name)), device_(c10::DeviceIndex(device)) {}
+  void enter() {
+    TORCH_CHECK(!span_, "_KernelSpan ", name_, " is already entered");
+    span_.emplace(name_.c_str(), "", &device_);
+    internals_.emplace();
+  }
+  void exit() {
+    internals_.reset();
+    span_.reset();
+  }
+
+ private:
+  std::string name_;
+  c10::DeviceIndex device_;
+  std::optional<profiler::KernelSpan> span_;
+  std::optional<profiler::UnrecordedInternals> internals_;
+};
 
 void configure(int device_count, const std::string& profile,
                int64_t capacity_bytes, int64_t host_limit_bytes,
@@ -194,6 +217,16 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+  // A device kernel run outside the op path (Inductor's compiled kernels, Python
+  // kernels over aliases): `with _C._KernelSpan(name):` records its span for
+  // torch.profiler as KernelCall records an op's ("musa_kernel:<name>" on the
+  // current stream). One relaxed load while no profile runs.
+  py::class_<KernelSpanScope>(m, "_KernelSpan")
+      .def(py::init<std::string, int>(), py::arg("name"), py::arg("device") = -1)
+      .def("__enter__", [](KernelSpanScope& s) -> KernelSpanScope& { s.enter(); return s; },
+           py::return_value_policy::reference)
+      .def("__exit__", [](KernelSpanScope& s, py::args) { s.exit(); return false; });
+  m.def("_profiler_recorded_kernels", &profiler::recorded_kernel_count);
   m.def("_register_fallback_ops", &register_fallback_for);
   init_nan_check(m);
   init_memory(m);  // python/memory.cpp
