@@ -48,7 +48,8 @@ def test_the_guide_names_the_real_subcommands():
 def test_offline_views_run_on_a_musa_snapshot(snapshot, tmp_path):
     stats = viz("stats", str(snapshot))
     assert "Summary of segments" in stats and "segments:" in stats
-    assert "alloc" in viz("trace", str(snapshot))
+    trace = viz("trace", str(snapshot))  # the 3 MiB block made, the 1000 floats made and freed
+    assert "[0:3.0MiB]" in trace and re.search(r"^del \w+ # 4\.0KiB", trace, re.M), trace
     # flamegraph.pl copied to ~/.cache (here: a stand-in that wraps its input) is all `segments` needs
     cache = tmp_path / "home" / ".cache"
     cache.mkdir(parents=True)
