@@ -32,6 +32,17 @@ from torch_musa.utils.doctor.session import Session
 DEVICE = "musa"
 
 
+def _bf16_step(model, opt, **inputs):
+    """One training step of a Hugging Face model under bf16 autocast."""
+    def step():
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = model(**inputs).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def gpt2(small: bool):
     from transformers import GPT2Config, GPT2LMHeadModel
     batch, seq = (2, 64) if small else (16, 1024)
@@ -39,14 +50,7 @@ def gpt2(small: bool):
     model = GPT2LMHeadModel(cfg).to(DEVICE)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=DEVICE)
-
-    def step():
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _bf16_step(model, opt, input_ids=ids, labels=ids)
 
 
 def resnet18(small: bool):
@@ -58,14 +62,7 @@ def resnet18(small: bool):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, 3, size, size, device=DEVICE)
     y = torch.randint(0, 1000, (batch,), device=DEVICE)
-
-    def step():
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
-            loss = model(pixel_values=x, labels=y).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _bf16_step(model, opt, pixel_values=x, labels=y)
 
 
 def lstm_lm(small: bool):
