@@ -35,6 +35,13 @@ def configure() -> None:
     )
     if CONFIG.driver != "cuda":  # the cuda driver's allocator is CUDA's, configured through its variable
         set_host_allocator_settings(CONFIG.allocator)
+        # Host kernels run on the thread that calls them, in its OpenMP team. Autograd runs a
+        # non-CPU device's backward on a thread of its own, whose team then competed with the
+        # caller's for the same cores: with 2 threads a small-op training step took 1.66x its
+        # 1-thread time (benchmarks/bench_threads.py). Run musa's backward on the caller's
+        # thread, as the CPU device's (this thread's autograd state; the thread count, and so
+        # the bits, are the same).
+        torch._C._set_multithreading_enabled(False)
 
 
 def set_host_allocator_settings(settings: AllocatorSettings, given: str | None = None) -> None:
