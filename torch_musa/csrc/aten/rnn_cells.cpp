@@ -94,7 +94,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_cell_backward(const OptTensor& grad_hy,
                               1)
                            .to(dtype);
   Tensor grad_cx = at::mul(grad_c, f).to(dtype);
-  Tensor grad_bias = has_bias ? at::sum(grad_gates, {0}) : Tensor();
+  Tensor grad_bias = has_bias ? at::sum(grad_gates, at::IntArrayRef{0}) : Tensor();
   return {grad_gates, grad_cx, grad_bias};
 }
 
@@ -135,8 +135,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> gru_cell_backward(const Tenso
   Tensor grad_hidden_gates = at::cat({grad_r, grad_z, at::mul(grad_n, r)}, 1).to(dtype);
   Tensor grad_hx = at::mul(go, z).to(dtype);
   if (!has_bias) return {grad_input_gates, grad_hidden_gates, grad_hx, Tensor(), Tensor()};
-  return {grad_input_gates, grad_hidden_gates, grad_hx, at::sum(grad_input_gates, {0}),
-          at::sum(grad_hidden_gates, {0})};
+  return {grad_input_gates, grad_hidden_gates, grad_hx, at::sum(grad_input_gates, at::IntArrayRef{0}),
+          at::sum(grad_hidden_gates, at::IntArrayRef{0})};
 }
 
 // An aten op served by `Impl` on the kernel device, in UnboxedKernel's Op shape.

@@ -207,7 +207,7 @@ struct LstmSequence : torch::autograd::Function<LstmSequence> {
     const Tensor all_gates = at::stack(grad_gates, 0);
     const Tensor grad_w_hh =
         at::mm(all_gates.flatten(0, 1).t(), h_prev.flatten(0, 1));
-    const Tensor grad_b = has_bias ? at::sum(all_gates, {0, 1}) : Tensor();
+    const Tensor grad_b = has_bias ? at::sum(all_gates, at::IntArrayRef{0, 1}) : Tensor();
     return {all_gates, gh, gc, grad_w_hh, grad_b, grad_b, Tensor()};
   }
 
