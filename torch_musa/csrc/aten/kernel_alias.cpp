@@ -7,6 +7,8 @@
 #include <c10/core/TensorImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <vector>
+
 namespace torch_musa {
 
 namespace {
@@ -69,10 +71,30 @@ constexpr int kPoolSize = 8;
 TORCH_MUSA_FAST_TLS thread_local c10::TensorImpl* tl_pool[kPoolSize];
 TORCH_MUSA_FAST_TLS thread_local int tl_pool_n = 0;
 
+// The aliases of list ops beyond those (a fused optimizer step takes five lists
+// of every parameter: making them anew was most of its cost), in an ordinary
+// thread_local that frees them when the thread exits. Only list ops reach it.
+constexpr size_t kOverflowSize = 2048;
+struct OverflowPool {
+  std::vector<c10::TensorImpl*> impls;
+  ~OverflowPool() {
+    for (c10::TensorImpl* impl : impls) c10::raw::intrusive_ptr::decref(impl);
+  }
+};
+thread_local OverflowPool tl_overflow;
+
+c10::TensorImpl* take_pooled() {
+  if (C10_LIKELY(tl_pool_n > 0)) return tl_pool[--tl_pool_n];
+  auto& impls = tl_overflow.impls;
+  if (impls.empty()) return nullptr;
+  c10::TensorImpl* impl = impls.back();
+  impls.pop_back();
+  return impl;
+}
+
 // Re-points a pooled alias at `t`'s memory and metadata.
-at::Tensor reuse(c10::DataPtr dp, const at::Tensor& t) {
-  at::Tensor a(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(
-      tl_pool[--tl_pool_n]));
+at::Tensor reuse(c10::TensorImpl* pooled, c10::DataPtr dp, const at::Tensor& t) {
+  at::Tensor a(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(pooled));
   c10::TensorImpl* impl = a.unsafeGetTensorImpl();
   c10::StorageImpl* as = impl->storage().unsafeGetStorageImpl();
   as->set_data_ptr_noswap(std::move(dp));
@@ -91,7 +113,7 @@ at::Tensor reuse(c10::DataPtr dp, const at::Tensor& t) {
 
 void recycle_alias(at::Tensor& a) {
   c10::TensorImpl* impl = a.unsafeGetTensorImpl();
-  if (tl_pool_n >= kPoolSize || impl == nullptr || !a.has_storage() ||
+  if (impl == nullptr || !a.has_storage() ||
       c10::raw::intrusive_ptr::use_count(impl) != 1 || impl->autograd_meta() != nullptr ||
       impl->_is_zerotensor() || impl->key_set().has(c10::DispatchKey::Python))
     return;
@@ -100,8 +122,15 @@ void recycle_alias(at::Tensor& a) {
   if (c10::raw::intrusive_ptr::use_count(as) != 1 ||
       as->data_ptr().get_deleter() != &release_storage)
     return;
-  as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));  // drop the musa storage now
-  tl_pool[tl_pool_n++] = a.unsafeReleaseTensorImpl();
+  if (C10_LIKELY(tl_pool_n < kPoolSize)) {
+    as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));  // drop the musa storage now
+    tl_pool[tl_pool_n++] = a.unsafeReleaseTensorImpl();
+    return;
+  }
+  auto& impls = tl_overflow.impls;
+  if (impls.size() >= kOverflowSize) return;
+  as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));
+  impls.push_back(a.unsafeReleaseTensorImpl());
 }
 
 at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {
@@ -110,7 +139,8 @@ at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {
   const KernelSide& k = kernel_side();
   c10::DataPtr dp(materialize ? s->mutable_data() : const_cast<void*>(s->data()), s,
                   &release_storage, kernel_device(t.device().index()));
-  if (tl_pool_n > 0 && !t._is_zerotensor()) return reuse(std::move(dp), t);
+  if (!t._is_zerotensor())
+    if (c10::TensorImpl* pooled = take_pooled()) return reuse(pooled, std::move(dp), t);
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), s->nbytes(), std::move(dp),
       k.allocator, /*resizable=*/true);

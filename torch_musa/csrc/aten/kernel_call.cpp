@@ -6,6 +6,7 @@
 
 #include <ATen/Functions.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
@@ -185,10 +186,46 @@ void KernelCall::unsupported(const at::Tensor& t, const char* arg) {
                     "(TORCH_MUSA_PROFILE).");
 }
 
-bool KernelCall::storage_written(const c10::StorageImpl* s) const {
-  for (const c10::StorageImpl* w : written_storages_)
-    if (w == s) return true;
-  return false;
+bool KernelCall::written_by_hash(const c10::StorageImpl* s) {
+  if (!index_) index_ = std::make_unique<Index>();
+  if (index_->written_count != written_storages_.size()) {
+    index_->written.insert(written_storages_.begin() + index_->written_count,
+                           written_storages_.end());
+    index_->written_count = written_storages_.size();
+  }
+  return index_->written.count(s) > 0;
+}
+
+void KernelCall::index_last_alias() {
+  if (!index_) index_ = std::make_unique<Index>();
+  const size_t first = index_->active ? aliases_.size() - 1 : 0;
+  if (!index_->active) {
+    index_->active = true;
+    index_->musa_storage.reserve(std::max<size_t>(aliases_.capacity(), 64));
+  }
+  for (size_t i = first; i < aliases_.size(); ++i)
+    if (!aliases_[i].cast)
+      index_->musa_storage.emplace(aliases_[i].musa->storage().unsafeGetStorageImpl(), i);
+}
+
+void KernelCall::index_kernel_sides() const {
+  Index& x = *index_;
+  if (x.kernel_indexed == 0) {
+    x.kernel_impl.reserve(aliases_.size());
+    x.kernel_storage.reserve(aliases_.size());
+  }
+  for (size_t i = x.kernel_indexed; i < aliases_.size(); ++i) {
+    const Alias& a = aliases_[i];
+    x.kernel_impl.emplace(a.kernel.unsafeGetTensorImpl(), i);
+    if (!a.cast && a.kernel.has_storage())
+      x.kernel_storage.emplace(a.kernel.storage().unsafeGetStorageImpl(), i);
+  }
+  x.kernel_indexed = aliases_.size();
+}
+
+KernelCall::Alias* KernelCall::first_alias_by_hash(const c10::StorageImpl* ms) {
+  auto it = index_->musa_storage.find(ms);
+  return it == index_->musa_storage.end() ? nullptr : &aliases_[it->second];
 }
 
 at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow) {
@@ -205,8 +242,8 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
     // its own: one tensor passed twice (add_'s self and out) is one host
     // tensor, and tensors over one musa storage share one host storage.
     c10::StorageImpl* ms = t.storage().unsafeGetStorageImpl();
-    for (Alias& a : aliases_) {
-      if (a.cast || a.musa->storage().unsafeGetStorageImpl() != ms) continue;
+    if (Alias* first = first_alias_over(ms)) {
+      Alias& a = *first;
       if (C10_UNLIKELY(written && a.shared)) {  // read first, written by a later argument
         materialize_alias(a.kernel.storage(), ms, t.device().index());
         for (Alias& b : aliases_)
@@ -219,7 +256,6 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
       }
       h = kernel_alias_over(a.kernel.storage(), t);
       shared = a.shared;
-      break;
     }
     if (!h.defined()) {
       // Only a storage that the op writes needs its own copy of copy-on-write data.
@@ -237,6 +273,7 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
   aliases_.push_back({h, borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
                                  : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
                       written, cast, shared});
+  if (C10_UNLIKELY(aliases_.size() >= kIndexFrom)) index_last_alias();
   return h;
 }
 
@@ -275,6 +312,11 @@ void KernelCall::sync_written() {
 }
 
 const at::Tensor* KernelCall::original_of(const at::Tensor& host) const {
+  if (indexed()) {
+    index_kernel_sides();
+    auto it = index_->kernel_impl.find(host.unsafeGetTensorImpl());
+    return it == index_->kernel_impl.end() ? nullptr : &*aliases_[it->second].musa;
+  }
   for (const Alias& a : aliases_)
     if (a.kernel.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return &*a.musa;
   return nullptr;
@@ -293,10 +335,17 @@ at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
   }
   if (!t.has_storage()) return t;
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  for (const Alias& a : aliases_)
-    if (!a.cast && a.kernel.storage().unsafeGetStorageImpl() == s)
-      return musa_tensor_over(a.musa->storage(), t);
-  for (auto& [host, musa] : adopted_)
+  if (indexed()) {
+    index_kernel_sides();
+    auto it = index_->kernel_storage.find(s);
+    if (it != index_->kernel_storage.end())
+      return musa_tensor_over(aliases_[it->second].musa->storage(), t);
+  } else {
+    for (const Alias& a : aliases_)
+      if (!a.cast && a.kernel.storage().unsafeGetStorageImpl() == s)
+        return musa_tensor_over(a.musa->storage(), t);
+  }
+  for (auto& [host, musa] : adopted_)  // a few at most: fresh results are retagged
     if (host == s) return musa_tensor_over(musa, t);
   if (refs == 1 && config().kernel_type == c10::DeviceType::CPU)
     if (at::Tensor m = retag_as_musa(t, device()); m.defined()) return m;

@@ -16,7 +16,9 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,20 +63,38 @@ class ResultStorages {
   void count(const at::Tensor& t) {
     if (!t.defined() || !t.has_storage()) return;
     auto* s = t.storage().unsafeGetStorageImpl();
+    if (C10_UNLIKELY(many_ != nullptr)) {
+      ++(*many_)[s];
+      return;
+    }
     for (auto& [impl, n] : refs_)
       if (impl == s) { ++n; return; }
-    refs_.emplace_back(s, 1);
+    if (C10_LIKELY(refs_.size() < kLinear)) {
+      refs_.emplace_back(s, 1);
+      return;
+    }
+    // A long list of results: counted by hash from here on, not by scan.
+    many_ = std::make_unique<ska::flat_hash_map<c10::StorageImpl*, int>>(refs_.begin(), refs_.end());
+    refs_.clear();
+    many_->emplace(s, 1);
   }
   // The number of results over `t`'s storage (1 for one that was not counted).
   int refs_of(const at::Tensor& t) const {
     if (!t.defined() || !t.has_storage()) return 1;
+    auto* s = t.storage().unsafeGetStorageImpl();
+    if (C10_UNLIKELY(many_ != nullptr)) {
+      auto it = many_->find(s);
+      return it == many_->end() ? 1 : it->second;
+    }
     for (const auto& [impl, n] : refs_)
-      if (impl == t.storage().unsafeGetStorageImpl()) return n;
+      if (impl == s) return n;
     return 1;
   }
 
  private:
+  static constexpr size_t kLinear = 16;
   c10::SmallVector<std::pair<c10::StorageImpl*, int>, 4> refs_;
+  std::unique_ptr<ska::flat_hash_map<c10::StorageImpl*, int>> many_;
 };
 
 class KernelCall {
@@ -97,6 +117,8 @@ class KernelCall {
   // unboxed caller's argument), so it is not copied; a copy of a tensor that
   // Python holds costs a GIL round trip (PyObject preservation).
   at::Tensor to_kernel(const at::Tensor& t, bool written, bool borrow = false);
+  // Room for `n` more arguments (a tensor list's), before their to_kernel calls.
+  void reserve(size_t n) { aliases_.reserve(aliases_.size() + n); }
   at::Generator kernel_generator_for(const std::optional<at::Generator>& g);
 
   // After the kernel.
@@ -117,7 +139,24 @@ class KernelCall {
     bool cast;  // float64 computed in float32 (double cast), or a contiguous copy
     bool shared;  // made without materializing a copy-on-write storage (read only)
   };
-  bool storage_written(const c10::StorageImpl* s) const;
+  bool storage_written(const c10::StorageImpl* s) {
+    if (C10_LIKELY(written_storages_.size() < kIndexFrom)) {
+      for (const c10::StorageImpl* w : written_storages_)
+        if (w == s) return true;
+      return false;
+    }
+    return written_by_hash(s);
+  }
+  bool written_by_hash(const c10::StorageImpl* s);
+  // The first alias (not a cast copy) over musa storage `ms`, or nullptr.
+  Alias* first_alias_over(const c10::StorageImpl* ms) {
+    if (C10_UNLIKELY(indexed())) return first_alias_by_hash(ms);
+    for (Alias& a : aliases_)
+      if (!a.cast && a.musa->storage().unsafeGetStorageImpl() == ms) return &a;
+    return nullptr;
+  }
+  Alias* first_alias_by_hash(const c10::StorageImpl* ms);
+  void index_last_alias();  // after aliases_ reached kIndexFrom
   [[noreturn]] void mismatch(const at::Tensor& t, const char* arg);
   [[noreturn]] void unsupported(const at::Tensor& t, const char* arg);
 
@@ -136,6 +175,24 @@ class KernelCall {
   // when copy-on-write (the others are read through the shared data).
   c10::SmallVector<const c10::StorageImpl*, 2> written_storages_;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;
+  // Lookups over the lists above, built once an op has kIndexFrom of an entry (a
+  // fused optimizer step takes five lists of every parameter, a cat may take
+  // hundreds of tensors); scanning the lists made such an op quadratic in its
+  // tensors. Small ops scan.
+  static constexpr size_t kIndexFrom = 16;
+  struct Index {
+    bool active = false;  // aliases_ has reached kIndexFrom: musa_storage is kept up to date
+    ska::flat_hash_map<const c10::StorageImpl*, size_t> musa_storage;    // first non-cast alias
+    // Filled when a result is mapped back (most list ops return nothing).
+    size_t kernel_indexed = 0;  // aliases_[0, kernel_indexed) are in the two below
+    ska::flat_hash_map<const c10::TensorImpl*, size_t> kernel_impl;      // first alias
+    ska::flat_hash_map<const c10::StorageImpl*, size_t> kernel_storage;  // first non-cast alias
+    ska::flat_hash_set<const c10::StorageImpl*> written;
+    size_t written_count = 0;  // of written_storages_, when `written` was filled
+  };
+  mutable std::unique_ptr<Index> index_;  // original_of (const) fills its kernel maps
+  bool indexed() const { return index_ && index_->active; }
+  void index_kernel_sides() const;
 };
 
 }  // namespace torch_musa

@@ -64,6 +64,7 @@ template <> struct Arg<at::TensorList> {
   std::vector<at::Tensor> v;
   Arg(KernelCall& c, at::TensorList xs) {
     v.reserve(xs.size());
+    c.reserve(xs.size());
     for (const auto& x : xs) v.push_back(c.to_kernel(x, false, /*borrow=*/true));
   }
   at::TensorList get() { return v; }

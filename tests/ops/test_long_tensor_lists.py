@@ -1,0 +1,95 @@
+"""Ops over long tensor lists (foreach and fused optimizer ops over every
+parameter) on musa against the CPU device.
+
+Past 16 arguments an op call looks its host aliases up by hash instead of by
+scanning them (csrc/aten/kernel_call.cpp); these cases take that path and check
+the aliasing rules the scan kept: one tensor passed twice is one host tensor,
+views of one storage share one host storage, results that are arguments come
+back as those arguments, fresh results as fresh musa tensors.
+"""
+import pytest
+import torch
+
+N = 40  # well past the threshold
+
+
+def test_cat_of_views_of_one_storage_and_a_repeated_tensor():
+    """Read-only list: rows of one storage share one host storage, the tensor
+    passed twice is one host tensor (looked up by its musa storage)."""
+    out = {}
+    for dev in ("cpu", "musa"):
+        base = torch.arange(float(N * 5), device=dev).view(N, 5)
+        lone = torch.full((1, 5), -1.0, device=dev)
+        other = torch.full((1, 5), -2.0, device=dev)
+        out[dev] = torch.cat(list(base.split(1)) + [lone, other, lone, base[3:4]])
+    assert torch.equal(out["musa"].cpu(), out["cpu"])
+
+
+def test_cat_out_returns_its_out_argument():
+    """The result that is an argument (out=) comes back as that very tensor."""
+    parts = [torch.full((2,), float(i), device="musa") for i in range(N)]
+    out = torch.empty(2 * N, device="musa")
+    res = torch.cat(parts, out=out)
+    assert res is out
+    assert torch.equal(out.cpu(), torch.cat([p.cpu() for p in parts]))
+
+
+def test_fused_step_over_grads_in_one_flat_buffer():
+    """A written list: the grads of every parameter in one musa storage (views
+    of a flat buffer, as DDP's bucket views and FSDP's flat parameters lay
+    them out), read while the parameters are written."""
+    out = {}
+    for dev in ("cpu", "musa"):
+        g = torch.Generator().manual_seed(0)
+        flat_grad = torch.randn(N * 3, generator=g).to(dev)
+        params = [torch.randn(3, generator=g).to(dev) for _ in range(N)]
+        grads = list(flat_grad.view(N, 3).unbind(0))
+        exp_avg = [torch.zeros(3, device=dev) for _ in range(N)]
+        exp_avg_sq = [torch.zeros(3, device=dev) for _ in range(N)]
+        steps = [torch.tensor(1.0, device=dev) for _ in range(N)]
+        torch._fused_adamw_(params, grads, exp_avg, exp_avg_sq, [], steps, lr=0.1, beta1=0.9,
+                            beta2=0.99, weight_decay=0.1, eps=1e-8, amsgrad=False,
+                            maximize=False)
+        out[dev] = torch.stack(params + exp_avg + exp_avg_sq)
+    assert torch.equal(out["musa"].cpu(), out["cpu"])
+
+
+def test_many_fresh_results_come_back_as_their_own_tensors():
+    """A list of fresh results (the boxed fallback's split_with_sizes_copy):
+    each result is adopted once, with its own storage."""
+    x = torch.arange(float(N * 2)).view(N, 2)
+    res = torch.split_with_sizes_copy(x.to("musa"), [1] * N)
+    assert len(res) == N
+    ptrs = {r.untyped_storage().data_ptr() for r in res}
+    assert len(ptrs) == N
+    for i, r in enumerate(res):
+        assert r.device.type == "musa" and torch.equal(r.cpu(), x[i:i + 1])
+
+
+def test_many_results_over_one_argument_come_back_as_views_of_it():
+    """Results that are views of an argument map back to views of the musa
+    argument (looked up by their host storage), not to copies."""
+    x = torch.arange(float(N * 2), device="musa").view(N, 2)
+    res = torch.ops.aten.split_with_sizes.default(x, [1] * N)
+    for i, r in enumerate(res):
+        assert r.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert torch.equal(r.cpu(), x[i:i + 1].cpu())
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
+def test_adamw_over_many_parameters_equals_the_cpus(fused):
+    def train(device):
+        g = torch.Generator().manual_seed(0)
+        params = [torch.randn(4, 3, generator=g).to(device).requires_grad_() for _ in range(N)]
+        opt = torch.optim.AdamW(params, lr=0.01, weight_decay=0.1,
+                                **({"fused": True} if fused else {"foreach": True}))
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=g).to(device)
+            opt.step()
+        return [p.detach().cpu() for p in params], opt.state
+    cpu, _ = train("cpu")
+    musa, state = train("musa")
+    for a, b in zip(cpu, musa):
+        assert torch.equal(a, b)
+    assert all(s["exp_avg"].device.type == "musa" for s in state.values())
