@@ -74,7 +74,8 @@ class ResultStorages {
       return;
     }
     // A long list of results: counted by hash from here on, not by scan.
-    many_ = std::make_unique<ska::flat_hash_map<c10::StorageImpl*, int>>(refs_.begin(), refs_.end());
+    many_ = std::make_unique<ska::flat_hash_map<c10::StorageImpl*, int>>(refs_.begin(),
+                                                                        refs_.end());
     refs_.clear();
     many_->emplace(s, 1);
   }

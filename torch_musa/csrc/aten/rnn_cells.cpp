@@ -135,7 +135,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> gru_cell_backward(const Tenso
   Tensor grad_hidden_gates = at::cat({grad_r, grad_z, at::mul(grad_n, r)}, 1).to(dtype);
   Tensor grad_hx = at::mul(go, z).to(dtype);
   if (!has_bias) return {grad_input_gates, grad_hidden_gates, grad_hx, Tensor(), Tensor()};
-  return {grad_input_gates, grad_hidden_gates, grad_hx, at::sum(grad_input_gates, at::IntArrayRef{0}),
+  return {grad_input_gates, grad_hidden_gates, grad_hx,
+          at::sum(grad_input_gates, at::IntArrayRef{0}),
           at::sum(grad_hidden_gates, at::IntArrayRef{0})};
 }
 
