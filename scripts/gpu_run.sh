@@ -39,7 +39,9 @@ x = torch.randn(4, 4, device='musa'); print('smoke:', (x @ x).sum().item(), torc
 
 if [[ " $STAGES " == *" tests "* ]]; then
   start=$(date +%s)
-  $PY -m pytest -q -p no:cacheprovider -n "${TEST_JOBS:-8}" --timeout 600 -rfE --ignore=tests/distributed \
+  # -v: a line per test as it ends, so that a run cut short by the device budget
+  # still tells what passed (grep -c "] PASSED").
+  $PY -m pytest -v -p no:cacheprovider -n "${TEST_JOBS:-8}" --timeout 600 -rfE --ignore=tests/distributed \
     --junitxml="$RESULTS/cuda_driver_tests.xml" tests 2>&1 | tee "$RESULTS/cuda_driver_tests.log"
   status=${PIPESTATUS[0]}
   echo "tests: exit $status, $(( $(date +%s) - start )) s"
