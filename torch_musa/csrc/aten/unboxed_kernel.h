@@ -74,6 +74,7 @@ template <> struct Arg<const at::ITensorListRef&> {
   at::ITensorListRef ref;
   Arg(KernelCall& c, const at::ITensorListRef& xs) {
     v.reserve(xs.size());
+    c.reserve(xs.size());
     for (const auto& x : xs) v.push_back(c.to_kernel(x, false));
     ref = at::ITensorListRef(v);
   }
