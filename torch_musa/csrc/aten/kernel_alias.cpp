@@ -92,15 +92,23 @@ c10::TensorImpl* take_pooled() {
   return impl;
 }
 
+// Sizes or strides equal: a loop the compiler inlines (ArrayRef's == calls memcmp).
+bool same_extents(c10::IntArrayRef a, c10::IntArrayRef b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 // Re-points a pooled alias at `t`'s memory and metadata.
 at::Tensor reuse(c10::TensorImpl* pooled, c10::DataPtr dp, const at::Tensor& t) {
   at::Tensor a(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(pooled));
   c10::TensorImpl* impl = a.unsafeGetTensorImpl();
-  c10::StorageImpl* as = impl->storage().unsafeGetStorageImpl();
+  c10::StorageImpl* as = storage_impl(a);
   as->set_data_ptr_noswap(std::move(dp));
-  as->set_nbytes(t.storage().nbytes());
+  as->set_nbytes(storage_impl(t)->nbytes());
   if (impl->dtype() != t.dtype()) impl->set_storage_and_dtype(impl->storage(), t.dtype());
-  if (impl->sizes() != t.sizes() || impl->strides() != t.strides())
+  if (!same_extents(impl->sizes(), t.sizes()) || !same_extents(impl->strides(), t.strides()))
     impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   else if (impl->storage_offset() != t.storage_offset())
     impl->set_storage_offset(t.storage_offset());
@@ -117,7 +125,7 @@ void recycle_alias(at::Tensor& a) {
       c10::raw::intrusive_ptr::use_count(impl) != 1 || impl->autograd_meta() != nullptr ||
       impl->_is_zerotensor() || impl->key_set().has(c10::DispatchKey::Python))
     return;
-  c10::StorageImpl* as = impl->storage().unsafeGetStorageImpl();
+  c10::StorageImpl* as = storage_impl(a);
   // Still the musa memory (a kernel that resized it replaced the DataPtr), held by no view.
   if (c10::raw::intrusive_ptr::use_count(as) != 1 ||
       as->data_ptr().get_deleter() != &release_storage)
@@ -134,7 +142,7 @@ void recycle_alias(at::Tensor& a) {
 }
 
 at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* s = storage_impl(t);
   c10::raw::intrusive_ptr::incref(s);
   const KernelSide& k = kernel_side();
   c10::DataPtr dp(materialize ? s->mutable_data() : const_cast<void*>(s->data()), s,
@@ -164,7 +172,7 @@ at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like)
 
 at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device) {
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* s = storage_impl(t);
   if (s->data() == nullptr || c10::raw::intrusive_ptr::use_count(s) != 1 ||
       c10::raw::intrusive_ptr::use_count(impl) != 1 ||
       !device_allocator().owns(s->data_ptr()) || !impl->allow_tensor_metadata_change())

@@ -10,6 +10,12 @@
 
 namespace torch_musa {
 
+// The storage of a plain tensor (a musa tensor, a host kernel's result): not
+// TensorImpl::storage(), a virtual call that checks for wrapper tensors.
+inline c10::StorageImpl* storage_impl(const at::Tensor& t) {
+  return t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+}
+
 // `materialize`: take the storage's mutable data. A copy-on-write storage
 // (torch._lazy_clone) is then copied first; a kernel that only reads it passes
 // false, so reading a COW tensor leaves it shared, as on the CPU device.

@@ -143,7 +143,7 @@ void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list, bool
         (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte))
       sync_point("boolean mask indexing");
     if (written && t.has_storage())
-      written_storages_.push_back(t.storage().unsafeGetStorageImpl());
+      written_storages_.push_back(storage_impl(t));
     const auto d = t.device().index();
     if (device_ < 0) device_ = d;
     else if (d != device_) mismatch(t, arg);
@@ -241,7 +241,7 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
     // The host kernel must see musa arguments' sharing as the CPU device sees
     // its own: one tensor passed twice (add_'s self and out) is one host
     // tensor, and tensors over one musa storage share one host storage.
-    c10::StorageImpl* ms = t.storage().unsafeGetStorageImpl();
+    c10::StorageImpl* ms = storage_impl(t);
     if (Alias* first = first_alias_over(ms)) {
       Alias& a = *first;
       if (C10_UNLIKELY(written && a.shared)) {  // read first, written by a later argument
@@ -334,7 +334,7 @@ at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
     return musa_tensor_over(adopt_storage(up, device(), 1), up);
   }
   if (!t.has_storage()) return t;
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* s = storage_impl(t);
   if (indexed()) {
     index_kernel_sides();
     auto it = index_->kernel_storage.find(s);
@@ -342,7 +342,7 @@ at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
       return musa_tensor_over(aliases_[it->second].musa->storage(), t);
   } else {
     for (const Alias& a : aliases_)
-      if (!a.cast && a.kernel.storage().unsafeGetStorageImpl() == s)
+      if (!a.cast && storage_impl(a.kernel) == s)
         return musa_tensor_over(a.musa->storage(), t);
   }
   for (auto& [host, musa] : adopted_)  // a few at most: fresh results are retagged

@@ -62,7 +62,7 @@ class ResultStorages {
  public:
   void count(const at::Tensor& t) {
     if (!t.defined() || !t.has_storage()) return;
-    auto* s = t.storage().unsafeGetStorageImpl();
+    auto* s = storage_impl(t);
     if (C10_UNLIKELY(many_ != nullptr)) {
       ++(*many_)[s];
       return;
@@ -82,7 +82,7 @@ class ResultStorages {
   // The number of results over `t`'s storage (1 for one that was not counted).
   int refs_of(const at::Tensor& t) const {
     if (!t.defined() || !t.has_storage()) return 1;
-    auto* s = t.storage().unsafeGetStorageImpl();
+    auto* s = storage_impl(t);
     if (C10_UNLIKELY(many_ != nullptr)) {
       auto it = many_->find(s);
       return it == many_->end() ? 1 : it->second;
@@ -153,7 +153,7 @@ class KernelCall {
   Alias* first_alias_over(const c10::StorageImpl* ms) {
     if (C10_UNLIKELY(indexed())) return first_alias_by_hash(ms);
     for (Alias& a : aliases_)
-      if (!a.cast && a.musa->storage().unsafeGetStorageImpl() == ms) return &a;
+      if (!a.cast && storage_impl(*a.musa) == ms) return &a;
     return nullptr;
   }
   Alias* first_alias_by_hash(const c10::StorageImpl* ms);

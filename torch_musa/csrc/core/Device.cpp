@@ -19,14 +19,7 @@ const int g_atfork = pthread_atfork(nullptr, nullptr, &after_fork_in_child);
 TORCH_MUSA_FAST_TLS thread_local c10::DeviceIndex t_device = 0;
 }  // namespace
 
-RuntimeConfig& config() {
-  static RuntimeConfig cfg;
-  return cfg;
-}
-
-c10::DeviceIndex device_count() {
-  return static_cast<c10::DeviceIndex>(config().device_count);
-}
+RuntimeConfig detail::g_config __attribute__((init_priority(101)));
 
 void check_device(c10::DeviceIndex index) {
   TORCH_CHECK_INDEX(

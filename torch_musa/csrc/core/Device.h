@@ -33,8 +33,16 @@ struct RuntimeConfig {
 // Chooses the driver ("host" or "cuda") before the runtime is in use.
 void use_driver(const std::string& name);
 
-RuntimeConfig& config();
-c10::DeviceIndex device_count();
+namespace detail {
+extern RuntimeConfig g_config;
+}  // namespace detail
+// Read several times per op: a plain global (constructed before the library's
+// other globals, init_priority in Device.cpp) rather than a function-local
+// static behind a guard and a call.
+inline RuntimeConfig& config() { return detail::g_config; }
+inline c10::DeviceIndex device_count() {
+  return static_cast<c10::DeviceIndex>(config().device_count);
+}
 
 // Raises the user-facing error for an index outside [0, device_count).
 void check_device(c10::DeviceIndex index);

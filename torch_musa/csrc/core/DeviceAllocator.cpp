@@ -118,9 +118,9 @@ std::atomic<DeviceAllocator*> g_user_allocator{nullptr};
 
 DeviceAllocator& device_allocator() {
   if (DeviceAllocator* user = g_user_allocator.load(std::memory_order_acquire)) return *user;
+  if (C10_LIKELY(!config().native_allocator)) return caching_allocator();
   static DriverAllocator driver_owned;
-  if (config().native_allocator) return driver_owned;
-  return caching_allocator();
+  return driver_owned;
 }
 
 void use_pluggable_allocator(std::shared_ptr<RawAllocatorFns> fns) {
