@@ -99,10 +99,10 @@ def test_move_graph_rewrites_devices_and_fake_values():
             assert val.device.type == KIND, node.format_node()
 
 
-def test_from_kernel_tensors_keeps_shared_storage_shared():
+def test_from_kernel_outputs_keeps_shared_storage_shared():
     base = torch.arange(12.0, device=KIND).reshape(3, 4)
     a, b = base[1:], base.t()
-    ma, mb = _C._from_kernel_tensors([a, b], 0)
+    ma, mb = _C._from_kernel_outputs([a, b], 0, strict=True)
     assert ma.device.type == mb.device.type == "musa"
     assert ma.untyped_storage().data_ptr() == mb.untyped_storage().data_ptr()
     torch.testing.assert_close(ma.cpu(), a.cpu())
@@ -110,8 +110,26 @@ def test_from_kernel_tensors_keeps_shared_storage_shared():
     mb[0, 1] = -1.0  # base[1, 0]: one storage, so the write shows through the other view
     assert ma[0, 0].item() == -1.0
     assert base[1, 0].item() == (-1.0 if KIND == "cuda" else 4.0)  # host results were copied
-    with pytest.raises(RuntimeError, match="expects"):
-        _C._from_kernel_tensors([torch.ones(2, device="musa")], 0)
+    with pytest.raises(RuntimeError, match="expects .* tensors, got musa:0"):
+        _C._from_kernel_outputs([torch.ones(2, device="musa")], 0, strict=True)
+    with pytest.raises(RuntimeError, match="expects .* tensors, got <class 'int'>"):
+        _C._from_kernel_outputs([3], 0, strict=True)
+
+
+def test_kernel_args_and_outputs_pass_other_values_through():
+    m = torch.arange(4.0, device="musa")
+    kernel = torch.ones(2, device=KIND)
+    marker = object()
+    args = [m, 2, None, marker, kernel]
+    moved = _C._to_kernel_args(args)
+    assert args[0] is m  # the caller's list is left as it was
+    assert moved[0].device.type == KIND and moved[0].data_ptr() == m.data_ptr()
+    assert moved[1:4] == [2, None, marker] and moved[3] is marker and moved[4] is kernel
+    outs = (marker, 5)
+    assert _C._from_kernel_outputs(outs, 0) is outs  # nothing to move: the same object
+    back = _C._from_kernel_outputs((marker, kernel, m), 0)
+    assert back[0] is marker and back[2] is m
+    assert back[1].device.type == "musa" and back[1].cpu().tolist() == [1.0, 1.0]
 
 
 @pytest.mark.skipif(KIND != "cuda", reason="CUDA graphs: the cuda driver's kernel device only")

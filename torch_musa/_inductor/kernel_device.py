@@ -155,21 +155,12 @@ class _OnMusa:
         self._boxed = getattr(compiled, "_boxed_call", False)
 
     def __call__(self, args):
-        moved = [_C._kernel_alias(a) if _is_musa(a) else a for a in args]
+        moved = _C._to_kernel_args(args)
         args.clear()  # the boxed convention: the callee frees its inputs early
         outs = self._compiled(moved) if self._boxed else self._compiled(*moved)
-        kind = self._kind
-        where = [i for i, o in enumerate(outs)
-                 if isinstance(o, torch.Tensor) and o.device.type == kind]
-        if not where:
-            return outs
         # Host results carry no index: they go to the current musa device.
-        device = torch.musa.current_device() if kind == "cpu" else -1
-        back = _C._from_kernel_tensors([outs[i] for i in where], device)
-        outs = list(outs)
-        for i, t in zip(where, back):
-            outs[i] = t
-        return outs
+        device = torch.musa.current_device() if self._kind == "cpu" else -1
+        return _C._from_kernel_outputs(outs, device)
 
 
 class KernelDeviceCompile:

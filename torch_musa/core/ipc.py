@@ -79,7 +79,7 @@ def rebuild_cuda_ipc_storage(musa_index: int, cuda_device: int, handle, nbytes: 
     kernel = torch.UntypedStorage._new_shared_cuda(cuda_device, handle, nbytes, offset, ref_handle,
                                                    ref_offset, event_handle, event_sync)
     as_bytes = torch.empty(0, dtype=torch.uint8, device=kernel.device).set_(kernel)
-    storage = _C._from_kernel_tensors([as_bytes], musa_index)[0].untyped_storage()
+    storage = _C._from_kernel_outputs([as_bytes], musa_index, strict=True)[0].untyped_storage()
     _remember((handle, offset), storage)
     return storage
 

@@ -252,7 +252,7 @@ class _JittedFunction:
                                self.num_outputs, tuple(_C._kernel_alias(t) for t in tensors),
                                values)
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-        back = _C._from_kernel_tensors(outs, -1)  # CUDA memory shared, as musa tensors
+        back = _C._from_kernel_outputs(outs, -1, strict=True)  # CUDA memory shared, as musa tensors
         return back[0] if not self.return_by_ref else tuple(back)
 
     _launch = pick(host=_on_host, cuda=_on_cuda)

@@ -196,27 +196,64 @@ PYBIND11_MODULE(_C, m) {
   m.attr("_kernel_alias_capi") = py::capsule(
       reinterpret_cast<void*>(+[](const at::Tensor& t) { return kernel_alias(t); }),
       "torch_musa._C._kernel_alias_capi");
-  // The way back: kernel-device tensors (results of code compiled for the
-  // kernel device, torch_musa/_inductor/kernel_device.py) as musa tensors on
-  // `device`. Device memory is shared where the driver's kernels run on a device
-  // (cuda), host results are copied; tensors that shared a storage share one.
-  m.def("_from_kernel_tensors", [](const std::vector<at::Tensor>& ts, int device) {
+  // Compiled code of the kernel device called with musa tensors
+  // (torch_musa/_inductor/kernel_device.py), per call and in one C++ call each
+  // way: a Python loop over a compiled graph's hundreds of arguments was a
+  // visible part of a compiled step's host time.
+  // _to_kernel_args: the list with each musa tensor replaced by its kernel alias.
+  m.def("_to_kernel_args", [](const py::list& args) {
+    py::list out(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      PyObject* o = args[i].ptr();
+      if (THPVariable_Check(o)) {
+        const at::Tensor& t = THPVariable_Unpack(o);
+        if (t.defined() && t.is_privateuseone()) {
+          out[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(kernel_alias(t)));
+          continue;
+        }
+      }
+      out[i] = args[i];
+    }
+    return out;
+  });
+  // _from_kernel_outputs: the way back. Tensors of the kernel device type become
+  // musa tensors on `device` where they carry no index (host results). Device
+  // memory is shared where the driver's kernels run on a device (cuda), host
+  // results are copied; tensors that shared a storage share one. The sequence
+  // itself comes back when it holds no such tensor. `strict`: every item must be
+  // one (callers that made them: jiterator, IPC).
+  m.def("_from_kernel_outputs", [](const py::sequence& outs, int device, bool strict) -> py::object {
     const c10::Device kd = kernel_device(c10::DeviceIndex(device));
+    std::optional<py::list> out;
     std::unordered_map<const c10::StorageImpl*, c10::Storage> storages;
-    std::vector<at::Tensor> out;
-    out.reserve(ts.size());
-    for (const at::Tensor& t : ts) {
-      TORCH_CHECK(t.defined() && t.device().type() == kd.type(),
-                  "_from_kernel_tensors expects ", kd.type(), " tensors, got ",
-                  t.defined() ? t.device().str() : std::string("an undefined tensor"));
+    const size_t n = outs.size();
+    for (size_t i = 0; i < n; ++i) {
+      py::object o = outs[i];
+      const bool tensor = THPVariable_Check(o.ptr());
+      const bool kernel_side = tensor && THPVariable_Unpack(o.ptr()).defined() &&
+                               THPVariable_Unpack(o.ptr()).device().type() == kd.type();
+      TORCH_CHECK(kernel_side || !strict, "_from_kernel_outputs expects ", kd.type(),
+                  " tensors, got ",
+                  tensor ? (THPVariable_Unpack(o.ptr()).defined()
+                                ? THPVariable_Unpack(o.ptr()).device().str()
+                                : std::string("an undefined tensor"))
+                         : std::string(py::str(o.get_type())));
+      if (!kernel_side) continue;
+      const at::Tensor& t = THPVariable_Unpack(o.ptr());
+      if (!out) {
+        out.emplace(n);
+        for (size_t j = 0; j < n; ++j) (*out)[j] = outs[j];
+      }
       const c10::DeviceIndex d = t.device().has_index() ? t.device().index()
                                                         : c10::DeviceIndex(device);
       auto [hit, fresh] = storages.try_emplace(t.storage().unsafeGetStorageImpl());
       if (fresh) hit->second = adopt_storage(t, d, /*refs_on_stack=*/0);
-      out.push_back(musa_tensor_over(hit->second, t));
+      (*out)[i] = py::reinterpret_steal<py::object>(
+          THPVariable_Wrap(musa_tensor_over(hit->second, t)));
     }
-    return out;
-  });
+    if (!out) return py::reinterpret_borrow<py::object>(outs);
+    return *out;
+  }, py::arg("outs"), py::arg("device"), py::arg("strict") = false);
   // A device kernel run outside the op path (Inductor's compiled kernels, Python
   // kernels over aliases): `with _C._KernelSpan(name):` records its span for
   // torch.profiler as KernelCall records an op's ("musa_kernel:<name>" on the
