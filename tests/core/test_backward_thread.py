@@ -8,8 +8,6 @@ import torch
 
 import torch_musa  # noqa: F401
 
-pytestmark = pytest.mark.requires_host_driver(
-    "the cuda driver keeps autograd's device threads: its kernels do not run on host threads")
 
 
 class _Where(torch.autograd.Function):
@@ -25,6 +23,8 @@ class _Where(torch.autograd.Function):
         return g * 2
 
 
+@pytest.mark.requires_host_driver(
+    "the cuda driver keeps autograd's device threads: its kernels do not run on host threads")
 def test_backward_runs_on_the_calling_thread():
     _Where.seen.clear()
     x = torch.ones(4, device="musa", requires_grad=True)

@@ -37,6 +37,8 @@ def test_a_block_a_pending_copy_uses_is_not_reused():
     assert dst.item() == 1
 
 
+@pytest.mark.requires_host_driver("the cuda driver's pinned memory is CUDA's: musaHostRegister "
+                                   "keeps its ranges in the host driver's registry only")
 def test_musa_host_register_pins_the_range():
     t = torch.ones(20)
     rt = torch.musa.musart()

@@ -179,12 +179,14 @@ def test_convolution_forward_and_backward_report_device_time():
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MUSA]) as prof:
         out = mconv(mx)
         out.square().sum().backward()
-    kd = kernel_device()
-    ref_x = x.to(kd).requires_grad_()
-    ref = torch.nn.functional.conv2d(ref_x, conv.weight.to(kd), conv.bias.to(kd), padding=1)
+    # The reference on the CPU device: a CUDA backward in a process with a PrivateUse1
+    # device trips autograd's stream assert (pytorch#161129). cuDNN convolves in TF32.
+    ref_x = x.clone().requires_grad_()
+    ref = torch.nn.functional.conv2d(ref_x, conv.weight, conv.bias, padding=1)
     ref.square().sum().backward()
-    torch.testing.assert_close(out.cpu(), ref.cpu())
-    torch.testing.assert_close(mx.grad.cpu(), ref_x.grad.cpu())
+    tol = {} if HOST else dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(out.cpu(), ref, **tol)
+    torch.testing.assert_close(mx.grad.cpu(), ref_x.grad, **tol)
     rows = {e.key: e for e in prof.key_averages()}
     for op in CONVOLUTIONS:
         assert rows[op].device_time_total > 0, (op, sorted(rows))
@@ -223,7 +225,10 @@ def test_kernel_span_from_python_counts_once_and_ends_on_error():
         b = a.neg()
     torch.testing.assert_close(b.cpu(), -a.cpu())
     names = [e.name for e in prof.events() if e.device_type == DEVICE_TYPE]
-    assert names == (["musa_kernel:python_kernel", "musa_kernel:aten::neg"] if HOST else []), names
+    if HOST:
+        assert names == ["musa_kernel:python_kernel", "musa_kernel:aten::neg"], names
+    else:  # CUPTI's records of the GPU's own kernels: relu's (a clamp) and neg's
+        assert len(names) == 2 and "clamp" in names[0] and "neg" in names[1], names
     ops = {e.name for e in prof.events() if e.device_type not in DEVICE_KINDS}
     assert "aten::neg" in ops and "aten::relu" not in ops  # the kernel's internals, unrecorded
 

@@ -10,7 +10,18 @@ back as those arguments, fresh results as fresh musa tensors.
 import pytest
 import torch
 
+import torch_musa
+
 N = 40  # well past the threshold
+
+
+def _assert_same(musa, cpu):
+    """Bit for bit where the host driver runs the CPU's kernels; a GPU's fused AdamW
+    rounds on its own (the aliasing rules are what these tests are about)."""
+    if torch_musa._driver.NAME == "host":
+        assert torch.equal(musa.cpu(), cpu)
+    else:
+        torch.testing.assert_close(musa.cpu(), cpu, rtol=1e-5, atol=1e-6)
 
 
 def test_cat_of_views_of_one_storage_and_a_repeated_tensor():
@@ -51,7 +62,7 @@ def test_fused_step_over_grads_in_one_flat_buffer():
                             beta2=0.99, weight_decay=0.1, eps=1e-8, amsgrad=False,
                             maximize=False)
         out[dev] = torch.stack(params + exp_avg + exp_avg_sq)
-    assert torch.equal(out["musa"].cpu(), out["cpu"])
+    _assert_same(out["musa"], out["cpu"])
 
 
 def test_many_fresh_results_come_back_as_their_own_tensors():
@@ -91,5 +102,5 @@ def test_adamw_over_many_parameters_equals_the_cpus(fused):
     cpu, _ = train("cpu")
     musa, state = train("musa")
     for a, b in zip(cpu, musa):
-        assert torch.equal(a, b)
+        _assert_same(b, a)
     assert all(s["exp_avg"].device.type == "musa" for s in state.values())

@@ -13,6 +13,9 @@ import torch.nn.functional as F
 import torch_musa  # noqa: F401
 
 HOST = pytest.mark.requires_host_driver("the host driver runs the reference's CPU kernels: bit for bit")
+# cuDNN's integer kernels meet the definition bit for bit on some geometries, not all.
+BITS = pytest.mark.requires_host_driver("the host driver runs the reference's CPU kernels: bit for bit",
+                                        may_pass_elsewhere=True)
 pytestmark = pytest.mark.filterwarnings("ignore:.*musa operator registry", "ignore:.*deprecated")
 
 # activation dtype -> zero point (the real package's tests: qint8 symmetric, quint8 at 128)
@@ -58,7 +61,7 @@ GEOMETRY = [dict(stride=1, padding=1), dict(stride=2, padding=1, bias=False), di
             dict(stride=1, padding=2, dilation=2)]
 
 
-@HOST
+@BITS
 @pytest.mark.parametrize("dtype", [torch.qint8, torch.quint8])
 @pytest.mark.parametrize("cls, post", [(nnq.Conv2d, "none"), (nniq.ConvReLU2d, "relu"),
                                        (nniq.ConvSiLU2d, "silu")])
@@ -88,7 +91,7 @@ def test_conv2d_add_needs_no_engine(dtype, cls, post):
     _assert_same(m(qx.musa(), qaccum.musa()), _reference(m, qx, post, qaccum))
 
 
-@HOST
+@BITS
 @pytest.mark.parametrize("cls, post, shape, k", [
     (nnq.Conv1d, "none", (2, 4, 11), (3,)), (nniq.ConvReLU1d, "relu", (2, 4, 11), (3,)),
     (nnq.Conv3d, "none", (1, 4, 5, 6, 6), (3, 3, 3)), (nniq.ConvReLU3d, "relu", (1, 4, 5, 6, 6), (3, 3, 3))])
@@ -112,6 +115,9 @@ def test_within_one_step_of_the_cpu_engine():
     assert diff.abs().max() <= 1
 
 
+@pytest.mark.requires_host_driver(
+    "PyTorch's CUDA prepack (cuDNN) takes per-tensor weights only; a per-channel musa tensor's "
+    "CPU scales read on the GPU were an illegal address", unsafe_elsewhere=True)
 def test_per_channel_weights():
     weight = torch.randn(6, 4, 3, 3, generator=_gen(10))
     scales = weight.abs().amax(dim=(1, 2, 3)) / 127

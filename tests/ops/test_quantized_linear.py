@@ -12,7 +12,9 @@ import torch.nn.functional as F
 
 import torch_musa  # noqa: F401
 
-HOST = pytest.mark.requires_host_driver("the host driver runs the reference's CPU kernels: bit for bit")
+# the GPU's integer kernels meet the definition bit for bit on some shapes, not all
+HOST = pytest.mark.requires_host_driver("the host driver runs the reference's CPU kernels: bit for bit",
+                                        may_pass_elsewhere=True)
 pytestmark = pytest.mark.filterwarnings("ignore:.*musa operator registry", "ignore:.*deprecated")
 
 ZERO_POINT = {torch.qint8: 0, torch.quint8: 128}

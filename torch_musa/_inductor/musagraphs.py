@@ -15,9 +15,27 @@ from typing import Any
 
 import torch
 
-__all__ = ["MusagraphsBackend", "musagraphs", "register"]
+__all__ = ["MusagraphsBackend", "check_multiple_devices_or_any_cpu_nodes", "musagraphs",
+           "register"]
 
 DEVICE = "musa"
+
+
+def check_multiple_devices_or_any_cpu_nodes(device_node_mapping: dict) -> str | None:
+    """CUDA's device check, for a graph with a musa device: ``None`` for one musa device,
+    else CUDA's skip message (CPU nodes first, then the devices)."""
+    from torch._inductor import cudagraph_utils
+    from torch._inductor.cudagraph_utils import format_default_skip_message
+
+    devices = {d: n for d, n in device_node_mapping.items() if d.type != "meta"}
+    if cpu_node := devices.get(torch.device("cpu")):
+        msg = f"cpu device ({cpu_node.name})"
+        if stack_trace := cudagraph_utils._get_use_stack_trace(cpu_node):
+            return format_default_skip_message(f"{msg}. Found from : \n {stack_trace}")
+        return format_default_skip_message(msg)
+    if len(devices) == 1 and next(iter(devices)).type == DEVICE:
+        return None
+    return format_default_skip_message(f"multiple devices: {', '.join(map(repr, devices))}")
 
 
 def _check_for_skip(aot_model: torch.fx.GraphModule, num_fixed: int) -> str | None:
@@ -25,8 +43,6 @@ def _check_for_skip(aot_model: torch.fx.GraphModule, num_fixed: int) -> str | No
     from torch._dynamo.backends import cudagraphs as cuda_backend
     from torch._inductor.cudagraph_utils import format_default_skip_message
     from torch._inductor.utils import get_first_incompatible_cudagraph_node
-
-    from torch_musa._inductor.reduce_overhead import check_multiple_devices_or_any_cpu_nodes
 
     if not config.cudagraph_backend_support_input_mutation:
         if reason := cuda_backend.check_for_mutation_ignore_cuda_graph_managed_tensor(aot_model, num_fixed):

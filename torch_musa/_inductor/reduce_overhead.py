@@ -30,29 +30,16 @@ from typing import Any
 import torch
 import torch._inductor.cudagraph_utils as cudagraph_utils
 import torch._inductor.output_code as output_code
-from torch._inductor.cudagraph_utils import CUDAGraphPolicy, format_default_skip_message
+from torch._inductor.cudagraph_utils import CUDAGraphPolicy
 
 from torch_musa._inductor import musagraph_trees
+from torch_musa._inductor.musagraphs import check_multiple_devices_or_any_cpu_nodes
 
-__all__ = ["MusaGraphPolicy", "check_multiple_devices_or_any_cpu_nodes", "install"]
+__all__ = ["MusaGraphPolicy", "install"]
 
 DEVICE = "musa"
 _log = torch._logging.getArtifactLogger("torch._inductor.cudagraph_utils", "cudagraphs")
 _STOCK: dict[str, Any] = {}
-
-
-def check_multiple_devices_or_any_cpu_nodes(device_node_mapping: dict) -> str | None:
-    """CUDA's device check, for a graph with a musa device: ``None`` for one musa device,
-    else CUDA's skip message (CPU nodes first, then the devices)."""
-    devices = {d: n for d, n in device_node_mapping.items() if d.type != "meta"}
-    if cpu_node := devices.get(torch.device("cpu")):
-        msg = f"cpu device ({cpu_node.name})"
-        if stack_trace := cudagraph_utils._get_use_stack_trace(cpu_node):
-            return format_default_skip_message(f"{msg}. Found from : \n {stack_trace}")
-        return format_default_skip_message(msg)
-    if len(devices) == 1 and next(iter(devices)).type == DEVICE:
-        return None
-    return format_default_skip_message(f"multiple devices: {', '.join(map(repr, devices))}")
 
 
 def _has_musa(devices) -> bool:

@@ -44,7 +44,10 @@ def parser() -> argparse.ArgumentParser:
 def run_worker(script: str, args: list[str], c, max_steps: int, device_memory: str | None = None,
                double_cast: bool = False, cuda_compat: bool = True, progress: bool = True) -> dict:
     """The raw data of ``script`` run in a fresh interpreter configured for card ``c``."""
-    env = dict(os.environ, TORCH_MUSA_PROFILE=c.profile, TORCH_MUSA_FALLBACK="silent")
+    # The card profiles are the host driver's: a TORCH_MUSA_DRIVER=cuda shell would
+    # otherwise run the script on the GPU under the GPU's own profile.
+    env = dict(os.environ, TORCH_MUSA_DRIVER="host", TORCH_MUSA_PROFILE=c.profile,
+               TORCH_MUSA_FALLBACK="silent")
     if cuda_compat:
         env["TORCH_MUSA_CUDA_COMPAT"] = "1"
     if device_memory:
