@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Compile-check every C++ source as the GPU machine builds it (torch 2.11's
 # headers, CUDA 13's, C++17, the cuda driver on) without a GPU, before spending
-# device time: a 2.13-only construct here failed a lent machine's build.
+# device time: a 2.13-only construct here failed a lent machine's build. Then
+# check that every name the Python code imports from torch exists in torch 2.11
+# too (scripts/check_torch_imports.py): a 2.13-only import failed its tests.
 # Downloads the torch 2.11 and CUDA runtime wheels once (~570 MB) into $CACHE.
 #
 #   bash scripts/check_gpu_build.sh          # exit 1 and the first errors of each file that fails
@@ -13,11 +15,11 @@ TORCH_VERSION=${TORCH_VERSION:-2.11.0}
 WHEEL_ARGS=(--no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
             --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64)
 mkdir -p "$CACHE"
-if [[ ! -d "$CACHE/torch/include" ]]; then
+if [[ ! -d "$CACHE/torch/include" || ! -f "$CACHE/torch/__init__.py" ]]; then
   echo "fetching torch $TORCH_VERSION and CUDA 13 headers into $CACHE"
   $PY -m pip download -q "${WHEEL_ARGS[@]}" -d "$CACHE/wheels" "torch==$TORCH_VERSION" \
     "nvidia-cuda-runtime>=13.0,<13.1" "nvidia-cuda-crt>=13.0,<13.1" || exit 1
-  (cd "$CACHE" && unzip -q -o wheels/torch-*.whl 'torch/include/*' \
+  (cd "$CACHE" && unzip -q -o wheels/torch-*.whl 'torch/include/*' 'torch/*.py' 'torch/*.pyi' \
     && for w in wheels/nvidia_cuda_*.whl; do unzip -q -o "$w" -d cuda; done) || exit 1
   rm -rf "$CACHE/wheels"
 fi
@@ -37,3 +39,4 @@ if [[ -n "$errors" ]]; then
   exit 1
 fi
 echo "ok: $n sources compile against torch $TORCH_VERSION and CUDA 13 headers"
+$PY scripts/check_torch_imports.py "$CACHE" || exit 1

@@ -30,7 +30,9 @@ from typing import Any
 import torch
 import torch._inductor.cudagraph_utils as cudagraph_utils
 import torch._inductor.output_code as output_code
-from torch._inductor.cudagraph_utils import CUDAGraphPolicy
+# The host driver's only (backend.py), which runs the pinned torch 2.13: Inductor's
+# CUDA-graph policy hook is new there.
+from torch._inductor.cudagraph_utils import CUDAGraphPolicy  # needs torch>=2.13
 
 from torch_musa._inductor import musagraph_trees
 from torch_musa._inductor.musagraphs import check_multiple_devices_or_any_cpu_nodes
