@@ -448,8 +448,8 @@ SIMPLE_RNN(rnn_relu, relu_of)
 #undef SIMPLE_RNN
 
 // Inference (nothing to differentiate, no dropout noise to draw): the CPU
-// device's own layer over aliases, which for float32 is oneDNN's fused LSTM or
-// GRU, 1.4x faster than the step-wise cells and bit-identical to the CPU device.
+// device's own layer over aliases, bit-identical to the CPU device; for a float32
+// LSTM that is oneDNN's fused layer, 1.4x faster than the step-wise cells.
 // Training keeps the cells, whose workspaces the backward needs, and so do
 // packed sequences (their batch sizes are a CPU tensor, which an op call on
 // musa takes for a device mismatch).
