@@ -229,17 +229,14 @@ PYBIND11_MODULE(_C, m) {
     const size_t n = outs.size();
     for (size_t i = 0; i < n; ++i) {
       py::object o = outs[i];
-      const bool tensor = THPVariable_Check(o.ptr());
-      const bool kernel_side = tensor && THPVariable_Unpack(o.ptr()).defined() &&
-                               THPVariable_Unpack(o.ptr()).device().type() == kd.type();
+      const at::Tensor* item = THPVariable_Check(o.ptr()) ? &THPVariable_Unpack(o.ptr()) : nullptr;
+      const bool kernel_side = item && item->defined() && item->device().type() == kd.type();
       TORCH_CHECK(kernel_side || !strict, "_from_kernel_outputs expects ", kd.type(),
                   " tensors, got ",
-                  tensor ? (THPVariable_Unpack(o.ptr()).defined()
-                                ? THPVariable_Unpack(o.ptr()).device().str()
-                                : std::string("an undefined tensor"))
-                         : std::string(py::str(o.get_type())));
+                  !item ? std::string(py::str(o.get_type()))
+                        : item->defined() ? item->device().str() : std::string("an undefined tensor"));
       if (!kernel_side) continue;
-      const at::Tensor& t = THPVariable_Unpack(o.ptr());
+      const at::Tensor& t = *item;
       if (!out) {
         out.emplace(n);
         for (size_t j = 0; j < n; ++j) (*out)[j] = outs[j];
