@@ -147,20 +147,17 @@ class _OnMusa:
     back that code without this wrapper.
     """
 
-    def __init__(self, compiled, kind: str):
+    def __init__(self, compiled):
         # An instance attribute: wrappers such as torch._dynamo.disable copy __dict__.
         self._boxed_call = True
         self._compiled = compiled
-        self._kind = kind
         self._boxed = getattr(compiled, "_boxed_call", False)
 
     def __call__(self, args):
         moved = _C._to_kernel_args(args)
         args.clear()  # the boxed convention: the callee frees its inputs early
         outs = self._compiled(moved) if self._boxed else self._compiled(*moved)
-        # Host results carry no index: they go to the current musa device.
-        device = torch.musa.current_device() if self._kind == "cpu" else -1
-        return _C._from_kernel_outputs(outs, device)
+        return _C._from_kernel_outputs(outs, -1)  # host results: the current musa device
 
 
 class KernelDeviceCompile:
@@ -195,7 +192,7 @@ class KernelDeviceCompile:
         if aot:
             aoti.mark_musa_package(compiled, self._kind)
             return compiled
-        return _OnMusa(compiled, self._kind)
+        return _OnMusa(compiled)
 
 
 def _wrap_compile_fx(stock, kind: str, check, only_cpp_wrapper: bool):

@@ -130,15 +130,12 @@ void recycle_alias(at::Tensor& a) {
   if (c10::raw::intrusive_ptr::use_count(as) != 1 ||
       as->data_ptr().get_deleter() != &release_storage)
     return;
-  if (C10_LIKELY(tl_pool_n < kPoolSize)) {
-    as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));  // drop the musa storage now
-    tl_pool[tl_pool_n++] = a.unsafeReleaseTensorImpl();
-    return;
-  }
-  auto& impls = tl_overflow.impls;
-  if (impls.size() >= kOverflowSize) return;
-  as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));
-  impls.push_back(a.unsafeReleaseTensorImpl());
+  const bool fast = C10_LIKELY(tl_pool_n < kPoolSize);
+  if (!fast && tl_overflow.impls.size() >= kOverflowSize) return;
+  as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));  // drop the musa storage now
+  c10::TensorImpl* pooled = a.unsafeReleaseTensorImpl();
+  if (fast) tl_pool[tl_pool_n++] = pooled;
+  else tl_overflow.impls.push_back(pooled);
 }
 
 at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {

@@ -205,7 +205,7 @@ void KernelCall::index_last_alias() {
   }
   for (size_t i = first; i < aliases_.size(); ++i)
     if (!aliases_[i].cast)
-      index_->musa_storage.emplace(aliases_[i].musa->storage().unsafeGetStorageImpl(), i);
+      index_->musa_storage.emplace(storage_impl(*aliases_[i].musa), i);
 }
 
 void KernelCall::index_kernel_sides() const {
@@ -218,7 +218,7 @@ void KernelCall::index_kernel_sides() const {
     const Alias& a = aliases_[i];
     x.kernel_impl.emplace(a.kernel.unsafeGetTensorImpl(), i);
     if (!a.cast && a.kernel.has_storage())
-      x.kernel_storage.emplace(a.kernel.storage().unsafeGetStorageImpl(), i);
+      x.kernel_storage.emplace(storage_impl(a.kernel), i);
   }
   x.kernel_indexed = aliases_.size();
 }

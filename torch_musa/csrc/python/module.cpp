@@ -217,7 +217,8 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   // _from_kernel_outputs: the way back. Tensors of the kernel device type become
-  // musa tensors on `device` where they carry no index (host results). Device
+  // musa tensors on `device` where they carry no index (host results; -1: the
+  // current device). Device
   // memory is shared where the driver's kernels run on a device (cuda), host
   // results are copied; tensors that shared a storage share one. The sequence
   // itself comes back when it holds no such tensor. `strict`: every item must be
@@ -242,7 +243,7 @@ PYBIND11_MODULE(_C, m) {
         for (size_t j = 0; j < n; ++j) (*out)[j] = outs[j];
       }
       const c10::DeviceIndex d = t.device().has_index() ? t.device().index()
-                                                        : c10::DeviceIndex(device);
+                                 : device >= 0 ? c10::DeviceIndex(device) : current_device();
       auto [hit, fresh] = storages.try_emplace(t.storage().unsafeGetStorageImpl());
       if (fresh) hit->second = adopt_storage(t, d, /*refs_on_stack=*/0);
       (*out)[i] = py::reinterpret_steal<py::object>(
