@@ -149,6 +149,7 @@ def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, pro
     e = roofline.estimate(s.ops.steps[0], card(card_key))
     measured, issued = measure(step, steps)
     if profile_dir:
+        os.makedirs(profile_dir, exist_ok=True)
         profile_table(step, os.path.join(profile_dir, f"doctor_validate_{name}_profile.txt"))
     calls = s.ops.steps[0]
     r = {"model": name, "card": card_key, "estimate_s": e["estimate_s"], "low_s": e["low_s"],

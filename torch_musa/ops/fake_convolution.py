@@ -65,7 +65,8 @@ def _as_on_the_kernel_device(fake_mode, func, *args, **kwargs):
 
 def _install_host() -> None:
     for op in _OPS:
-        if op not in _stock:
+        # torch < 2.13 has no fake rule of its own for aten._convolution (it decomposes).
+        if op not in _stock and op in fake_impls.op_implementations_dict:
             _stock[op] = fake_impls.op_implementations_dict[op]
             fake_impls.op_implementations_dict[op] = _as_on_the_kernel_device
 

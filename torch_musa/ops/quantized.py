@@ -97,6 +97,10 @@ def _packed_conv(op: str, qx: Tensor, packed, qaccum: Tensor | None, post: str) 
         raise RuntimeError(f"quantized::{op}: the packed weight is a transposed convolution's; "
                            "use quantized::conv_transpose{1,2,3}d")
     weight, bias = packed.unpack()
+    if bias is not None and weight.size(0) > bias.numel():
+        # cuDNN's prepack (the cuda driver) pads the output channels with zero filters; the
+        # bias keeps the true count.
+        weight = weight[:bias.numel()]
     x = qx.dequantize()
     spatial = weight.dim() - 2
     one_d = x.dim() == 3 and spatial == 2  # conv1d packs as 2-d with a unit height (dim 2)
