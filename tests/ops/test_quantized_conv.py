@@ -211,3 +211,18 @@ def test_fx_lowers_conv_silu_to_the_quantized_module():
     out = quantized.to("musa")(x.musa())
     step = fused[0].scale
     assert out.device.type == "musa" and (out.cpu() - model(x)).abs().max() <= 2 * step
+
+
+def test_cudnn_padded_filters_are_trimmed_to_the_accumulators_channels():
+    """The cuda driver's prepack (cuDNN) pads 6 filters to 8 with zeros; conv_add trims them
+    back by the accumulator's channels, and keeps a weight whose extra filters are real."""
+    from torch_musa.ops.quantized import _unpadded
+    w = torch.quantize_per_tensor(torch.randn(6, 4, 3, 3, generator=_gen(20)), 0.05, 3, torch.quint8)
+    padded = torch.cat([w, torch.quantize_per_tensor(torch.zeros(2, 4, 3, 3), 0.05, 3, torch.quint8)])
+    bias = torch.cat([torch.randn(6, generator=_gen(21)), torch.zeros(2)])
+    trimmed, b = _unpadded(padded, bias, 6)
+    assert torch.equal(trimmed.int_repr(), w.int_repr()) and b.shape == (6,)
+    assert _unpadded(padded, None, 6)[0].shape[0] == 6
+    assert _unpadded(padded, bias + 1, 6)[0].shape[0] == 8  # a non-zero bias: real filters
+    real = torch.quantize_per_tensor(torch.randn(8, 4, 3, 3, generator=_gen(22)), 0.05, 3, torch.quint8)
+    assert _unpadded(real, None, 6)[0].shape[0] == 8

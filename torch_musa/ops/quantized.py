@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from torch_musa import _driver
+
 __all__ = ["kernel"]
 
 _ACTIVATION_DTYPES = (torch.qint8, torch.quint8)
@@ -91,16 +93,24 @@ def _requantize(y: Tensor, scale: float, zero_point: int, dtype: torch.dtype) ->
     return torch.quantize_per_tensor(y, float(scale), int(zero_point), dtype)
 
 
+def _unpadded(weight: Tensor, bias: Tensor | None, channels: int):
+    """The filters of a cuDNN-packed weight (the cuda driver's prepack pads the output channels
+    with zero filters and zero biases); the accumulator holds the true count."""
+    padding = slice(channels, None)
+    if 0 < channels < weight.size(0) and not weight[padding].dequantize().any() \
+            and (bias is None or not bias[padding].any()):
+        return weight[:channels], None if bias is None else bias[:channels]
+    return weight, bias
+
+
 def _packed_conv(op: str, qx: Tensor, packed, qaccum: Tensor | None, post: str) -> Tensor:
     _check_activation(op, qx)
     if packed.transpose():
         raise RuntimeError(f"quantized::{op}: the packed weight is a transposed convolution's; "
                            "use quantized::conv_transpose{1,2,3}d")
     weight, bias = packed.unpack()
-    if bias is not None and weight.size(0) > bias.numel():
-        # cuDNN's prepack (the cuda driver) pads the output channels with zero filters; the
-        # bias keeps the true count.
-        weight = weight[:bias.numel()]
+    if qaccum is not None and _driver.NAME == "cuda":
+        weight, bias = _unpadded(weight, bias, qaccum.size(1) if qaccum.dim() > 1 else 0)
     x = qx.dequantize()
     spatial = weight.dim() - 2
     one_d = x.dim() == 3 and spatial == 2  # conv1d packs as 2-d with a unit height (dim 2)
