@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from torch_musa import _driver
+from torch_musa._driver import pick
 
 __all__ = ["kernel"]
 
@@ -93,6 +93,10 @@ def _requantize(y: Tensor, scale: float, zero_point: int, dtype: torch.dtype) ->
     return torch.quantize_per_tensor(y, float(scale), int(zero_point), dtype)
 
 
+#: The cuda driver's prepack is cuDNN's, which pads the output channels to a multiple of 8.
+_PREPACK_PADS_FILTERS = pick(host=False, cuda=True)
+
+
 def _unpadded(weight: Tensor, bias: Tensor | None, channels: int):
     """The filters of a cuDNN-packed weight (the cuda driver's prepack pads the output channels
     with zero filters and zero biases); the accumulator holds the true count."""
@@ -109,7 +113,7 @@ def _packed_conv(op: str, qx: Tensor, packed, qaccum: Tensor | None, post: str) 
         raise RuntimeError(f"quantized::{op}: the packed weight is a transposed convolution's; "
                            "use quantized::conv_transpose{1,2,3}d")
     weight, bias = packed.unpack()
-    if qaccum is not None and _driver.NAME == "cuda":
+    if qaccum is not None and _PREPACK_PADS_FILTERS:
         weight, bias = _unpadded(weight, bias, qaccum.size(1) if qaccum.dim() > 1 else 0)
     x = qx.dequantize()
     spatial = weight.dim() - 2
