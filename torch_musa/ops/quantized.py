@@ -93,7 +93,7 @@ def _requantize(y: Tensor, scale: float, zero_point: int, dtype: torch.dtype) ->
     return torch.quantize_per_tensor(y, float(scale), int(zero_point), dtype)
 
 
-#: The cuda driver's prepack is cuDNN's, which pads the output channels to a multiple of 8.
+#: The cuda driver's prepack is cuDNN's, which pads the output channels (6 became 8 on an H200).
 _PREPACK_PADS_FILTERS = pick(host=False, cuda=True)
 
 
