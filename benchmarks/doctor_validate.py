@@ -14,6 +14,8 @@ without the session. Prints estimate, band, measured time and the error per mode
 (goal: within +-30 %), the estimate's device and host parts, the ops that dominate
 it, and GPT-2's recorded FLOPs against 6 x parameters x tokens; --json writes it all. ``--small`` shrinks every model
 so the script runs on the host driver (a smoke test; its times mean nothing).
+``--native`` also times each step on native cuda, in a process without torch_musa: what
+the GPU itself takes, against which musa's own overhead shows.
 """
 from __future__ import annotations
 
@@ -23,13 +25,19 @@ import os
 import sys
 import time
 
+import subprocess
+
 import torch
 
-from torch_musa.utils.doctor import roofline
-from torch_musa.utils.doctor.cards import card, cards
-from torch_musa.utils.doctor.session import Session
+# The native-cuda worker (--native) must not import torch_musa: with a PrivateUse1 backend
+# registered, PyTorch's autograd engine cannot run a CUDA backward (pytorch/pytorch#161129).
+NATIVE_WORKER = "--native-worker" in sys.argv
+if not NATIVE_WORKER:
+    from torch_musa.utils.doctor import roofline
+    from torch_musa.utils.doctor.cards import card, cards
+    from torch_musa.utils.doctor.session import Session
 
-DEVICE = "musa"
+DEVICE = "cuda" if NATIVE_WORKER else "musa"
 
 
 def _bf16_step(model, opt, **inputs):
@@ -90,12 +98,13 @@ MODELS = {"gpt2-small": gpt2, "resnet18": resnet18, "lstm-lm": lstm_lm}
 def measure(step, steps: int) -> tuple[float, float]:
     """Seconds per step, and the host's share: the time to issue the steps before the
     final synchronize (the whole time when the host is the bound)."""
-    torch.musa.synchronize()
+    sync = torch.cuda.synchronize if NATIVE_WORKER else torch.musa.synchronize
+    sync()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
     issued = time.perf_counter() - t0
-    torch.musa.synchronize()
+    sync()
     return (time.perf_counter() - t0) / steps, issued / steps
 
 
@@ -140,7 +149,16 @@ def gpt2_flops_check(model_flops: int, small: bool) -> dict:
             "recorded_over_rule": model_flops / rule}
 
 
-def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, profile_dir: str | None) -> dict:
+def native_step_time(name: str, warmup: int, steps: int) -> float:
+    """The same step's time on native cuda, measured in a process without torch_musa."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--native-worker", "--models", name,
+                          "--warmup", str(warmup), "--steps", str(steps)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["measured_s"]
+
+
+def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, profile_dir: str | None,
+             native: bool = False) -> dict:
     step = MODELS[name](small)
     for _ in range(warmup):
         step()
@@ -163,6 +181,8 @@ def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, pro
          "top_ops": [{"op": o["op"], "calls": o["calls"], "ms": round(o["time_s"] * 1e3, 3),
                       "gflop": round(o["flops"] / 1e9, 1), "mb": round(o["bytes"] / 1e6, 1),
                       "compute_bound_calls": o["compute_bound"]} for o in e["ops"][:12]]}
+    if native:
+        r["native_s"] = native_step_time(name, warmup, steps)
     if name == "gpt2-small":
         r["flops_check"] = gpt2_flops_check(e["flops"], small)
     return r
@@ -177,6 +197,9 @@ def show(r: dict) -> None:
     for o in r["top_ops"][:8]:
         print(f"      {o['op']:<40} {o['calls']:>5} calls {o['ms']:>9.3f} ms  {o['gflop']:>9.1f} GFLOP "
               f"{o['mb']:>9.1f} MB")
+    if "native_s" in r:
+        print(f"    native cuda: {r['native_s'] * 1e3:.2f} ms (musa/native {r['measured_s'] / r['native_s']:.3f}; "
+              f"estimate vs native {(r['estimate_s'] / r['native_s'] - 1) * 100:+.1f} %)")
     if "flops_check" in r:
         f = r["flops_check"]
         print(f"    FLOPs recorded {f['recorded_flops'] / 1e12:.2f} T vs 6*N*tokens + attention "
@@ -192,7 +215,16 @@ def main(argv=None) -> int:
     p.add_argument("--small", action="store_true", help="tiny models, for the host driver")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--profile-dir", help="also write torch.profiler tables of two steps per model here")
+    p.add_argument("--native", action="store_true",
+                   help="also time each step on native cuda (a worker process without torch_musa)")
+    p.add_argument("--native-worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.native_worker:
+        step = MODELS[a.models](a.small)
+        for _ in range(a.warmup):
+            step()
+        print(json.dumps({"model": a.models, "measured_s": measure(step, a.steps)[0]}))
+        return 0
     gpu = torch.musa.get_device_name()
     if a.card is None:
         a.card = card_of_gpu(gpu)
@@ -204,7 +236,7 @@ def main(argv=None) -> int:
     for name in a.models.split(","):
         if name not in MODELS:
             sys.exit(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
-        r = validate(name, a.card, a.small, a.warmup, a.steps, a.profile_dir)
+        r = validate(name, a.card, a.small, a.warmup, a.steps, a.profile_dir, a.native)
         rows.append(r)
         bound = "host" if r["host_s"] > r["device_s"] else "device"
         band = f"{r['low_s'] * 1e3:.2f}-{r['high_s'] * 1e3:.2f}ms"
