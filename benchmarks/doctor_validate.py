@@ -151,10 +151,12 @@ def gpt2_flops_check(model_flops: int, small: bool) -> dict:
 
 def native_step_time(name: str, warmup: int, steps: int) -> float:
     """The same step's time on native cuda, measured in a process without torch_musa."""
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--native-worker", "--models", name,
-                          "--warmup", str(warmup), "--steps", str(steps)],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["measured_s"]
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # torch would load torch_musa itself
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--native-worker", "--models", name,
+                           "--warmup", str(warmup), "--steps", str(steps)], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(f"the native-cuda worker for {name} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["measured_s"]
 
 
 def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, profile_dir: str | None,
