@@ -32,7 +32,9 @@ import torch
 # The native-cuda worker (--native) must not import torch_musa: with a PrivateUse1 backend
 # registered, PyTorch's autograd engine cannot run a CUDA backward (pytorch/pytorch#161129).
 NATIVE_WORKER = "--native-worker" in sys.argv
-if not NATIVE_WORKER:
+if NATIVE_WORKER:
+    sys.modules["torch_musa"] = None  # transformers imports it when it finds it installed
+else:
     from torch_musa.utils.doctor import roofline
     from torch_musa.utils.doctor.cards import card, cards
     from torch_musa.utils.doctor.session import Session
