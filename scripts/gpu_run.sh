@@ -60,6 +60,7 @@ if [[ " $STAGES " == *" dist "* ]]; then
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
-  $PY benchmarks/bench_cuda_driver.py --out "$RESULTS" --profile || status=1
+  # BENCH_ARGS: e.g. "--cases gpt2 --train compiled" to fit a shorter device lease.
+  $PY benchmarks/bench_cuda_driver.py --out "$RESULTS" --profile ${BENCH_ARGS:-} || status=1
 fi
 exit $status
