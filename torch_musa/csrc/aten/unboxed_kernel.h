@@ -5,6 +5,7 @@
 // musa_functions.yaml declares; ops outside it take the boxed fallback.
 #pragma once
 
+#include "aten/iterator_kernels.h"
 #include "aten/kernel_call.h"
 
 #include <ATen/core/IListRef.h>
@@ -196,9 +197,17 @@ template <class Named> std::string hook_name() {
 template <class Op, class Sig = typename Op::schema, bool Guard = true, class Named = Op>
 struct UnboxedKernel;
 
+template <class A, class... Rest> A& first_of(A& a, Rest&...) { return a; }
+
 template <class Op, class Ret, class... Args, bool Guard, class Named>
 struct UnboxedKernel<Op, Ret(Args...), Guard, Named> {
   static Ret call(Args... args) {
+    if constexpr (Direct<Op>::kind == 1) {  // iterator_kernels.h: no host aliases
+      at::Tensor r = Direct<Op>::run(args...);
+      if (r.defined()) return r;
+    } else if constexpr (Direct<Op>::kind == 2) {
+      if (Direct<Op>::run(args...)) return first_of(args...);
+    }
     KernelCall c(Op::name, Op::overload_name);
     (see(c, args), ...);
     const auto device = c.device();

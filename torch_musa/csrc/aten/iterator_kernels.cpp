@@ -1,0 +1,235 @@
+// The CPU kernels are reached through their DispatchStubs, which must be
+// declared as libtorch_cpu built them: on x86 with its AVX2 and AVX-512 kernels
+// (the stub then picks by the CPU's capability, as the CPU device does).
+#if defined(__x86_64__) || defined(_M_X64)
+#define HAVE_AVX2_CPU_DEFINITION
+#define HAVE_AVX512_CPU_DEFINITION
+#endif
+#include "aten/iterator_kernels.h"
+
+#include "aten/kernel_call.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/TensorCompare.h>
+#include <ATen/ops/add_meta.h>
+#include <ATen/ops/clamp_min_meta.h>
+#include <ATen/ops/div_meta.h>
+#include <ATen/ops/mul_meta.h>
+#include <ATen/ops/sub_meta.h>
+
+namespace torch_musa::iterator_kernels {
+
+namespace {
+
+const c10::DispatchKeySet kMusaKeys(c10::DispatchKey::PrivateUse1);
+
+// The keys a tensor may carry here besides its backend's (autograd and
+// ADInplaceOrView ones are above this kernel): no conj/neg bits, zero tensor,
+// Python or functionalization wrapper.
+bool plain_keys(const at::Tensor& t) {
+  const c10::DispatchKeySet ks = t.key_set();
+  return !ks.has_any(c10::DispatchKeySet({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative,
+                                          c10::DispatchKey::ZeroTensor, c10::DispatchKey::Python,
+                                          c10::DispatchKey::Functionalize}));
+}
+
+bool plain_musa(const at::Tensor& t, c10::ScalarType dtype) {
+  return t.is_privateuseone() && t.scalar_type() == dtype && t.layout() == at::kStrided &&
+         plain_keys(t);
+}
+
+// musa:i when the call suits the direct path (the header says when), else -1.
+c10::DeviceIndex direct_device(const at::Tensor& self, const at::Tensor* other) {
+  static const bool host_kernels = config().kernel_type == c10::DeviceType::CPU;
+  if (!host_kernels || debug_hook() != nullptr || value_check_hook() != nullptr ||
+      !self.defined())
+    return -1;
+  const c10::ScalarType dtype = self.scalar_type();
+  if (!dtype_supported(dtype) || !plain_musa(self, dtype)) return -1;
+  const c10::DeviceIndex device = self.device().index();
+  if (other != nullptr) {
+    const at::Tensor& o = *other;
+    if (!o.defined()) return -1;
+    if (o.is_privateuseone()) {
+      if (!plain_musa(o, dtype) || o.device().index() != device) return -1;
+    } else if (!(o.is_cpu() && o.dim() == 0 && o.scalar_type() == dtype &&
+                 o.layout() == at::kStrided && plain_keys(o))) {
+      return -1;
+    }
+  }
+  return device;
+}
+
+// What a kernel call does around its kernel on the host driver: the device
+// current, the kernel's thread count, the profiler's kernel span.
+struct KernelScope {
+  KernelScope(c10::DeviceIndex d, const char* op, const char* overload)
+      : device(d), guard(d), span(op, overload, &device) {}
+  c10::DeviceIndex device;
+  DeviceSwitch guard;
+  KernelThreads threads;
+  profiler::KernelSpan span;
+};
+
+// A structured op's functional variant: its output is new musa memory.
+template <class Meta>
+struct Functional final : Meta {
+  at::Tensor out;
+  const at::Tensor& maybe_get_output(int64_t) override { return out; }
+  void set_output_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                          at::TensorOptions options) override {
+    set_output_raw_strided(i, sizes, strides, options);
+  }
+  void set_output_raw_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                              at::TensorOptions options) override {
+    const auto dtype = c10::typeMetaToScalarType(options.dtype());
+    out = strides.empty()
+              ? at::detail::empty_generic(sizes, &device_allocator(), kMusaKeys, dtype,
+                                          options.memory_format_opt())
+              : at::detail::empty_strided_generic(sizes, strides, &device_allocator(), kMusaKeys,
+                                                  dtype);
+    Meta::set_output_raw_strided(i, sizes, strides, options);
+  }
+};
+
+// Its in-place variant: the output is `self`, with the checks PyTorch's
+// generated in-place wrappers make.
+template <class Meta>
+struct InPlace final : Meta {
+  explicit InPlace(const at::Tensor& self) : self(self) {}
+  const at::Tensor& self;
+  const at::Tensor& maybe_get_output(int64_t) override { return self; }
+  void set_output_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                          at::TensorOptions options) override {
+    set_output_raw_strided(i, sizes, strides, options);
+  }
+  void set_output_raw_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                              at::TensorOptions options) override {
+    TORCH_CHECK(options.dtype() == self.dtype(), "Bad in-place call: input tensor dtype ",
+                self.dtype(), " and output tensor dtype ", options.dtype(), " should match");
+    TORCH_CHECK(options.device() == self.device(), "Bad in-place call: input tensor device ",
+                self.device(), " and output tensor device ", options.device(), " should match");
+    TORCH_CHECK(sizes == self.sizes(), "Bad in-place call: input tensor size ", self.sizes(),
+                " and output tensor size ", sizes, " should match");
+    Meta::set_output_raw_strided(i, sizes, strides, options);
+  }
+};
+
+bool floating(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type());
+}
+
+}  // namespace
+
+// The kernels below are the CPU's structured kernels' impl functions, with the
+// CPU's stub: add/sub are add_stub (sub with -alpha), relu is clamp_min(0).
+
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const auto d = direct_device(self, &other);
+  if (d < 0) return {};
+  KernelScope scope(d, "aten::add", "Tensor");
+  Functional<at::meta::structured_add_Tensor> op;
+  op.meta(self, other, alpha);
+  at::native::add_stub(c10::DeviceType::CPU, op, alpha);
+  return std::move(op.out);
+}
+
+bool add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const auto d = direct_device(self, &other);
+  if (d < 0) return false;
+  KernelScope scope(d, "aten::add_", "Tensor");
+  InPlace<at::meta::structured_add_Tensor> op(self);
+  op.meta(self, other, alpha);
+  at::native::add_stub(c10::DeviceType::CPU, op, alpha);
+  return true;
+}
+
+at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const auto d = direct_device(self, &other);
+  if (d < 0) return {};
+  KernelScope scope(d, "aten::sub", "Tensor");
+  Functional<at::meta::structured_sub_Tensor> op;
+  op.meta(self, other, alpha);
+  at::native::add_stub(c10::DeviceType::CPU, op, -alpha);
+  return std::move(op.out);
+}
+
+bool sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  const auto d = direct_device(self, &other);
+  if (d < 0) return false;
+  KernelScope scope(d, "aten::sub_", "Tensor");
+  InPlace<at::meta::structured_sub_Tensor> op(self);
+  op.meta(self, other, alpha);
+  at::native::add_stub(c10::DeviceType::CPU, op, -alpha);
+  return true;
+}
+
+at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
+  const auto d = direct_device(self, &other);
+  if (d < 0) return {};
+  KernelScope scope(d, "aten::mul", "Tensor");
+  Functional<at::meta::structured_mul_Tensor> op;
+  op.meta(self, other);
+  at::native::mul_stub(c10::DeviceType::CPU, op);
+  return std::move(op.out);
+}
+
+bool mul_(at::Tensor& self, const at::Tensor& other) {
+  const auto d = direct_device(self, &other);
+  if (d < 0) return false;
+  KernelScope scope(d, "aten::mul_", "Tensor");
+  InPlace<at::meta::structured_mul_Tensor> op(self);
+  op.meta(self, other);
+  at::native::mul_stub(c10::DeviceType::CPU, op);
+  return true;
+}
+
+// Division promotes integers to float: only floating operands keep one dtype.
+at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
+  const auto d = self.defined() && floating(self) ? direct_device(self, &other) : -1;
+  if (d < 0) return {};
+  KernelScope scope(d, "aten::div", "Tensor");
+  Functional<at::meta::structured_div_Tensor> op;
+  op.meta(self, other);
+  at::native::div_true_stub(c10::DeviceType::CPU, op);
+  return std::move(op.out);
+}
+
+bool div_(at::Tensor& self, const at::Tensor& other) {
+  const auto d = self.defined() && floating(self) ? direct_device(self, &other) : -1;
+  if (d < 0) return false;
+  KernelScope scope(d, "aten::div_", "Tensor");
+  InPlace<at::meta::structured_div_Tensor> op(self);
+  op.meta(self, other);
+  at::native::div_true_stub(c10::DeviceType::CPU, op);
+  return true;
+}
+
+// The CPU's relu is clamp_min(self, 0), refusing bool first (that message comes
+// from the aliasing path); clamp_min widens integers only for a float bound.
+at::Tensor relu(const at::Tensor& self) {
+  const auto d = self.defined() && self.scalar_type() != at::kBool && !at::isComplexType(self.scalar_type())
+                     ? direct_device(self, nullptr) : -1;
+  if (d < 0) return {};
+  KernelScope scope(d, "aten::relu", "");
+  Functional<at::meta::structured_clamp_min> op;
+  const at::Scalar zero(0);
+  op.meta(self, zero);
+  at::native::clamp_min_scalar_stub(c10::DeviceType::CPU, op, zero);
+  return std::move(op.out);
+}
+
+bool relu_(at::Tensor& self) {
+  const auto d = self.defined() && self.scalar_type() != at::kBool && !at::isComplexType(self.scalar_type())
+                     ? direct_device(self, nullptr) : -1;
+  if (d < 0) return false;
+  KernelScope scope(d, "aten::relu_", "");
+  InPlace<at::meta::structured_clamp_min> op(self);
+  const at::Scalar zero(0);
+  op.meta(self, zero);
+  at::native::clamp_min_scalar_stub(c10::DeviceType::CPU, op, zero);
+  return true;
+}
+
+}  // namespace torch_musa::iterator_kernels
