@@ -17,6 +17,18 @@
 #include <ATen/ops/div_meta.h>
 #include <ATen/ops/mul_meta.h>
 #include <ATen/ops/sub_meta.h>
+#include <torch/version.h>
+
+// torch < 2.13 still has named tensors: its set_output_* take the names too.
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+#define TORCH_MUSA_NAMED_TENSORS 1
+#define TORCH_MUSA_NAMES_PARAM , at::DimnameList names
+#define TORCH_MUSA_NAMES_ARG , names
+#else
+#define TORCH_MUSA_NAMED_TENSORS 0
+#define TORCH_MUSA_NAMES_PARAM
+#define TORCH_MUSA_NAMES_ARG
+#endif
 
 namespace torch_musa::iterator_kernels {
 
@@ -35,6 +47,9 @@ bool plain_keys(const at::Tensor& t) {
 }
 
 bool plain_musa(const at::Tensor& t, c10::ScalarType dtype) {
+#if TORCH_MUSA_NAMED_TENSORS
+  if (t.has_names()) return false;
+#endif
   return t.is_privateuseone() && t.scalar_type() == dtype && t.layout() == at::kStrided &&
          plain_keys(t);
 }
@@ -78,18 +93,18 @@ struct Functional final : Meta {
   at::Tensor out;
   const at::Tensor& maybe_get_output(int64_t) override { return out; }
   void set_output_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                          at::TensorOptions options) override {
-    set_output_raw_strided(i, sizes, strides, options);
+                          at::TensorOptions options TORCH_MUSA_NAMES_PARAM) override {
+    set_output_raw_strided(i, sizes, strides, options TORCH_MUSA_NAMES_ARG);
   }
   void set_output_raw_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                              at::TensorOptions options) override {
+                              at::TensorOptions options TORCH_MUSA_NAMES_PARAM) override {
     const auto dtype = c10::typeMetaToScalarType(options.dtype());
     out = strides.empty()
               ? at::detail::empty_generic(sizes, &device_allocator(), kMusaKeys, dtype,
                                           options.memory_format_opt())
               : at::detail::empty_strided_generic(sizes, strides, &device_allocator(), kMusaKeys,
                                                   dtype);
-    Meta::set_output_raw_strided(i, sizes, strides, options);
+    Meta::set_output_raw_strided(i, sizes, strides, options TORCH_MUSA_NAMES_ARG);
   }
 };
 
@@ -101,18 +116,18 @@ struct InPlace final : Meta {
   const at::Tensor& self;
   const at::Tensor& maybe_get_output(int64_t) override { return self; }
   void set_output_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                          at::TensorOptions options) override {
-    set_output_raw_strided(i, sizes, strides, options);
+                          at::TensorOptions options TORCH_MUSA_NAMES_PARAM) override {
+    set_output_raw_strided(i, sizes, strides, options TORCH_MUSA_NAMES_ARG);
   }
   void set_output_raw_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                              at::TensorOptions options) override {
+                              at::TensorOptions options TORCH_MUSA_NAMES_PARAM) override {
     TORCH_CHECK(options.dtype() == self.dtype(), "Bad in-place call: input tensor dtype ",
                 self.dtype(), " and output tensor dtype ", options.dtype(), " should match");
     TORCH_CHECK(options.device() == self.device(), "Bad in-place call: input tensor device ",
                 self.device(), " and output tensor device ", options.device(), " should match");
     TORCH_CHECK(sizes == self.sizes(), "Bad in-place call: input tensor size ", self.sizes(),
                 " and output tensor size ", sizes, " should match");
-    Meta::set_output_raw_strided(i, sizes, strides, options);
+    Meta::set_output_raw_strided(i, sizes, strides, options TORCH_MUSA_NAMES_ARG);
   }
 };
 
