@@ -160,3 +160,19 @@ def test_nan_tracker_still_sees_a_direct_op(tmp_path, backend):
         t.step()
     assert t.counts["origin"] >= 1, t.counts
     assert torch.isnan(y.cpu()).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32], ids=str)
+@pytest.mark.parametrize("number", [0.1, 3, -2.5e-3, 1e30, True])
+def test_python_numbers_are_converted_as_the_cpu_converts_them(dtype, number):
+    """float32/float64 take a Python number in their own dtype on the direct path; the
+    16-bit kernels read the number's own (float64) value, so those keep the other path."""
+    x = _data((5, 3), dtype, 11)
+    for f in [lambda a: a * number, lambda a: a + number, lambda a: torch.add(a, number, alpha=2),
+              lambda a: a - number, lambda a: a / number, lambda a: number * a]:
+        _same(_outcome(f, x), _outcome(f, x.musa()))
+    for f in [lambda a: a.mul_(number), lambda a: a.add_(number), lambda a: a.div_(number)]:
+        ca, ma = x.clone(), x.musa()
+        _same(_outcome(f, ca), _outcome(f, ma))
+        _same(ca, ma)

@@ -10,6 +10,7 @@
 #include "aten/kernel_call.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/TensorCompare.h>
 #include <ATen/ops/add_meta.h>
@@ -54,8 +55,20 @@ bool plain_musa(const at::Tensor& t, c10::ScalarType dtype) {
          plain_keys(t);
 }
 
+// A Python number (a CPU 0-dim "wrapped number", float64 or int64) beside a float32
+// or float64 tensor: the CPU's iterator would convert it to the tensor's dtype (a
+// number does not promote a tensor of its category), and these kernels read it so
+// converted (a 16-bit kernel reads the number's own value instead: not here).
+bool convertible_number(const at::Tensor& o, c10::ScalarType dtype) {
+  return (dtype == at::kFloat || dtype == at::kDouble) && o.is_cpu() && o.dim() == 0 &&
+         o.unsafeGetTensorImpl()->is_wrapped_number() &&
+         (o.scalar_type() == at::kDouble || o.scalar_type() == at::kLong);
+}
+
 // musa:i when the call suits the direct path (the header says when), else -1.
-c10::DeviceIndex direct_device(const at::Tensor& self, const at::Tensor* other) {
+// `other` may be repointed at `converted`, a Python number in self's dtype.
+c10::DeviceIndex direct_device(const at::Tensor& self, const at::Tensor*& other,
+                               at::Tensor& converted) {
   static const bool host_kernels = config().kernel_type == c10::DeviceType::CPU;
   if (!host_kernels || debug_hook() != nullptr || value_check_hook() != nullptr ||
       !self.defined())
@@ -68,12 +81,24 @@ c10::DeviceIndex direct_device(const at::Tensor& self, const at::Tensor* other) 
     if (!o.defined()) return -1;
     if (o.is_privateuseone()) {
       if (!plain_musa(o, dtype) || o.device().index() != device) return -1;
+    } else if (convertible_number(o, dtype)) {
+      const at::Scalar value = o.scalar_type() == at::kDouble
+                                   ? at::Scalar(*o.const_data_ptr<double>())
+                                   : at::Scalar(*o.const_data_ptr<int64_t>());
+      converted = at::detail::scalar_tensor_static(value, dtype, at::kCPU);
+      other = &converted;
     } else if (!(o.is_cpu() && o.dim() == 0 && o.scalar_type() == dtype &&
                  o.layout() == at::kStrided && plain_keys(o))) {
       return -1;
     }
   }
   return device;
+}
+
+c10::DeviceIndex direct_device(const at::Tensor& self) {
+  const at::Tensor* none = nullptr;
+  at::Tensor unused;
+  return direct_device(self, none, unused);
 }
 
 // What a kernel call does around its kernel on the host driver: the device
@@ -141,82 +166,98 @@ bool floating(const at::Tensor& t) {
 // CPU's stub: add/sub are add_stub (sub with -alpha), relu is clamp_min(0).
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const auto d = direct_device(self, &other);
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = direct_device(self, o, converted);
   if (d < 0) return {};
   KernelScope scope(d, "aten::add", "Tensor");
   Functional<at::meta::structured_add_Tensor> op;
-  op.meta(self, other, alpha);
+  op.meta(self, *o, alpha);
   at::native::add_stub(c10::DeviceType::CPU, op, alpha);
   return std::move(op.out);
 }
 
 bool add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const auto d = direct_device(self, &other);
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = direct_device(self, o, converted);
   if (d < 0) return false;
   KernelScope scope(d, "aten::add_", "Tensor");
   InPlace<at::meta::structured_add_Tensor> op(self);
-  op.meta(self, other, alpha);
+  op.meta(self, *o, alpha);
   at::native::add_stub(c10::DeviceType::CPU, op, alpha);
   return true;
 }
 
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const auto d = direct_device(self, &other);
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = direct_device(self, o, converted);
   if (d < 0) return {};
   KernelScope scope(d, "aten::sub", "Tensor");
   Functional<at::meta::structured_sub_Tensor> op;
-  op.meta(self, other, alpha);
+  op.meta(self, *o, alpha);
   at::native::add_stub(c10::DeviceType::CPU, op, -alpha);
   return std::move(op.out);
 }
 
 bool sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const auto d = direct_device(self, &other);
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = direct_device(self, o, converted);
   if (d < 0) return false;
   KernelScope scope(d, "aten::sub_", "Tensor");
   InPlace<at::meta::structured_sub_Tensor> op(self);
-  op.meta(self, other, alpha);
+  op.meta(self, *o, alpha);
   at::native::add_stub(c10::DeviceType::CPU, op, -alpha);
   return true;
 }
 
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
-  const auto d = direct_device(self, &other);
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = direct_device(self, o, converted);
   if (d < 0) return {};
   KernelScope scope(d, "aten::mul", "Tensor");
   Functional<at::meta::structured_mul_Tensor> op;
-  op.meta(self, other);
+  op.meta(self, *o);
   at::native::mul_stub(c10::DeviceType::CPU, op);
   return std::move(op.out);
 }
 
 bool mul_(at::Tensor& self, const at::Tensor& other) {
-  const auto d = direct_device(self, &other);
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = direct_device(self, o, converted);
   if (d < 0) return false;
   KernelScope scope(d, "aten::mul_", "Tensor");
   InPlace<at::meta::structured_mul_Tensor> op(self);
-  op.meta(self, other);
+  op.meta(self, *o);
   at::native::mul_stub(c10::DeviceType::CPU, op);
   return true;
 }
 
 // Division promotes integers to float: only floating operands keep one dtype.
 at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
-  const auto d = self.defined() && floating(self) ? direct_device(self, &other) : -1;
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = self.defined() && floating(self) ? direct_device(self, o, converted) : -1;
   if (d < 0) return {};
   KernelScope scope(d, "aten::div", "Tensor");
   Functional<at::meta::structured_div_Tensor> op;
-  op.meta(self, other);
+  op.meta(self, *o);
   at::native::div_true_stub(c10::DeviceType::CPU, op);
   return std::move(op.out);
 }
 
 bool div_(at::Tensor& self, const at::Tensor& other) {
-  const auto d = self.defined() && floating(self) ? direct_device(self, &other) : -1;
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = self.defined() && floating(self) ? direct_device(self, o, converted) : -1;
   if (d < 0) return false;
   KernelScope scope(d, "aten::div_", "Tensor");
   InPlace<at::meta::structured_div_Tensor> op(self);
-  op.meta(self, other);
+  op.meta(self, *o);
   at::native::div_true_stub(c10::DeviceType::CPU, op);
   return true;
 }
@@ -225,7 +266,7 @@ bool div_(at::Tensor& self, const at::Tensor& other) {
 // from the aliasing path); clamp_min widens integers only for a float bound.
 at::Tensor relu(const at::Tensor& self) {
   const auto d = self.defined() && self.scalar_type() != at::kBool && !at::isComplexType(self.scalar_type())
-                     ? direct_device(self, nullptr) : -1;
+                     ? direct_device(self) : -1;
   if (d < 0) return {};
   KernelScope scope(d, "aten::relu", "");
   Functional<at::meta::structured_clamp_min> op;
@@ -237,7 +278,7 @@ at::Tensor relu(const at::Tensor& self) {
 
 bool relu_(at::Tensor& self) {
   const auto d = self.defined() && self.scalar_type() != at::kBool && !at::isComplexType(self.scalar_type())
-                     ? direct_device(self, nullptr) : -1;
+                     ? direct_device(self) : -1;
   if (d < 0) return false;
   KernelScope scope(d, "aten::relu_", "");
   InPlace<at::meta::structured_clamp_min> op(self);
