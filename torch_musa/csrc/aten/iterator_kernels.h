@@ -6,7 +6,8 @@
 //
 // Each function serves only the calls whose outcome is the CPU's by
 // construction: musa tensors of one device and one dtype (a CPU 0-dim tensor of
-// that dtype may come along), dense, without conj/neg bits, in a dtype
+// that dtype may come along, or a Python number beside a float32/float64 tensor,
+// converted as the CPU's iterator converts it), dense, without conj/neg bits, in a dtype
 // the profile has, with no op hook armed. TensorIterator promotes mixed dtypes
 // only for CPU iterators, and the CPU's kernels read their operands as the
 // common dtype: a mixed-dtype call must not come here. Anything else returns
