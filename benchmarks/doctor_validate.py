@@ -22,10 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
-
-import subprocess
 
 import torch
 
