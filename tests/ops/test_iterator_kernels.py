@@ -25,10 +25,10 @@ def _data(shape, dtype, seed):
     return (x > 0) if dtype == torch.bool else x.to(dtype)
 
 
-def _outcome(fn, *args):
+def _outcome(fn, *args, **kwargs):
     try:
-        return fn(*args)
-    except RuntimeError as e:
+        return fn(*args, **kwargs)
+    except (RuntimeError, TypeError, ValueError) as e:
         return e
 
 
@@ -43,7 +43,7 @@ def _same(cpu, musa):
 
 def _bits(t):
     """Floating values as their bytes: NaN payloads and signed zeros compare too."""
-    t = t.contiguous()
+    t = t.contiguous().reshape(-1)
     return t.view(torch.uint8) if t.dtype.is_floating_point or t.dtype.is_complex else t
 
 
@@ -176,3 +176,28 @@ def test_python_numbers_are_converted_as_the_cpu_converts_them(dtype, number):
         ca, ma = x.clone(), x.musa()
         _same(_outcome(f, ca), _outcome(f, ma))
         _same(ca, ma)
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "true_divide", "rsub", "nn.functional.relu"])
+def test_op_db_samples_are_the_cpus(name):
+    """PyTorch's own samples of these ops (every variant and CPU dtype): the same values,
+    bit for bit, strides and dtype, or the same exception type."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    def musa(v):
+        if isinstance(v, torch.Tensor):
+            return v.musa()
+        return type(v)(musa(e) for e in v) if isinstance(v, (list, tuple)) else v
+
+    seen = 0
+    for op in (o for o in op_db if o.name == name):
+        for dtype in op.supported_dtypes("cpu"):
+            for s in op.sample_inputs("cpu", dtype, requires_grad=False):
+                cpu = _outcome(op, s.input, *s.args, **s.kwargs)
+                got = _outcome(op, musa(s.input), *musa(s.args), **{k: musa(v) for k, v in s.kwargs.items()})
+                if isinstance(cpu, Exception) or isinstance(got, Exception):
+                    assert type(cpu) is type(got), (op.variant_test_name, dtype, cpu, got)
+                else:
+                    _same(cpu, got)
+                seen += 1
+    assert seen > 20
