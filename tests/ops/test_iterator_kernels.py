@@ -178,6 +178,7 @@ def test_python_numbers_are_converted_as_the_cpu_converts_them(dtype, number):
         _same(ca, ma)
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support", "ignore:.*musa operator registry")
 @pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "true_divide", "rsub", "nn.functional.relu"])
 def test_op_db_samples_are_the_cpus(name):
     """PyTorch's own samples of these ops (every variant and CPU dtype): the same values,
