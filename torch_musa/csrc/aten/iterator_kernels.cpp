@@ -13,11 +13,18 @@
 #include <ATen/ScalarOps.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/TensorCompare.h>
+#include <ATen/native/UnaryOps.h>
 #include <ATen/ops/add_meta.h>
 #include <ATen/ops/clamp_min_meta.h>
 #include <ATen/ops/div_meta.h>
+#include <ATen/ops/exp_meta.h>
 #include <ATen/ops/mul_meta.h>
+#include <ATen/ops/neg_meta.h>
+#include <ATen/ops/rsqrt_meta.h>
+#include <ATen/ops/sigmoid_meta.h>
+#include <ATen/ops/sqrt_meta.h>
 #include <ATen/ops/sub_meta.h>
+#include <ATen/ops/tanh_meta.h>
 #include <torch/version.h>
 
 // torch < 2.13 still has named tensors: its set_output_* take the names too.
@@ -287,5 +294,39 @@ bool relu_(at::Tensor& self) {
   at::native::clamp_min_scalar_stub(c10::DeviceType::CPU, op, zero);
   return true;
 }
+
+// The unary ops' CPU impl functions are their stub alone. The float ops' meta
+// functions promote integers to float: only floating and complex tensors come.
+#define TORCH_MUSA_DIRECT_UNARY(NAME, ACCEPTS)                                   \
+  at::Tensor NAME(const at::Tensor& self) {                                     \
+    const auto d = self.defined() && ACCEPTS(self) ? direct_device(self) : -1;   \
+    if (d < 0) return {};                                                        \
+    KernelScope scope(d, "aten::" #NAME, "");                                    \
+    Functional<at::meta::structured_##NAME> op;                                  \
+    op.meta(self);                                                               \
+    at::native::NAME##_stub(c10::DeviceType::CPU, op);                           \
+    return std::move(op.out);                                                    \
+  }                                                                              \
+  bool NAME##_(at::Tensor& self) {                                              \
+    const auto d = self.defined() && ACCEPTS(self) ? direct_device(self) : -1;   \
+    if (d < 0) return false;                                                     \
+    KernelScope scope(d, "aten::" #NAME "_", "");                                \
+    InPlace<at::meta::structured_##NAME> op(self);                               \
+    op.meta(self);                                                               \
+    at::native::NAME##_stub(c10::DeviceType::CPU, op);                           \
+    return true;                                                                 \
+  }
+
+namespace {
+bool any_dtype(const at::Tensor&) { return true; }
+}  // namespace
+
+TORCH_MUSA_DIRECT_UNARY(neg, any_dtype)
+TORCH_MUSA_DIRECT_UNARY(exp, floating)
+TORCH_MUSA_DIRECT_UNARY(rsqrt, floating)
+TORCH_MUSA_DIRECT_UNARY(sigmoid, floating)
+TORCH_MUSA_DIRECT_UNARY(sqrt, floating)
+TORCH_MUSA_DIRECT_UNARY(tanh, floating)
+#undef TORCH_MUSA_DIRECT_UNARY
 
 }  // namespace torch_musa::iterator_kernels

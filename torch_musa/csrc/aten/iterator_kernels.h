@@ -18,9 +18,15 @@
 #include <ATen/Tensor.h>
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/div_ops.h>
+#include <ATen/ops/exp_ops.h>
 #include <ATen/ops/mul_ops.h>
+#include <ATen/ops/neg_ops.h>
 #include <ATen/ops/relu_ops.h>
+#include <ATen/ops/rsqrt_ops.h>
+#include <ATen/ops/sigmoid_ops.h>
+#include <ATen/ops/sqrt_ops.h>
 #include <ATen/ops/sub_ops.h>
+#include <ATen/ops/tanh_ops.h>
 
 namespace torch_musa::iterator_kernels {
 
@@ -34,6 +40,18 @@ at::Tensor div(const at::Tensor& self, const at::Tensor& other);
 bool div_(at::Tensor& self, const at::Tensor& other);
 at::Tensor relu(const at::Tensor& self);
 bool relu_(at::Tensor& self);
+// Unary ops: neg (every dtype its meta function takes) and, for floating and complex
+// tensors only (the others promote to float), exp, rsqrt, sigmoid, sqrt, tanh.
+#define TORCH_MUSA_DIRECT_UNARY(NAME) \
+  at::Tensor NAME(const at::Tensor& self); \
+  bool NAME##_(at::Tensor& self);
+TORCH_MUSA_DIRECT_UNARY(neg)
+TORCH_MUSA_DIRECT_UNARY(exp)
+TORCH_MUSA_DIRECT_UNARY(rsqrt)
+TORCH_MUSA_DIRECT_UNARY(sigmoid)
+TORCH_MUSA_DIRECT_UNARY(sqrt)
+TORCH_MUSA_DIRECT_UNARY(tanh)
+#undef TORCH_MUSA_DIRECT_UNARY
 
 }  // namespace torch_musa::iterator_kernels
 
@@ -62,6 +80,18 @@ TORCH_MUSA_DIRECT(div_Tensor, 1, div)
 TORCH_MUSA_DIRECT(div__Tensor, 2, div_)
 TORCH_MUSA_DIRECT(relu, 1, relu)
 TORCH_MUSA_DIRECT(relu_, 2, relu_)
+TORCH_MUSA_DIRECT(neg, 1, neg)
+TORCH_MUSA_DIRECT(neg_, 2, neg_)
+TORCH_MUSA_DIRECT(exp, 1, exp)
+TORCH_MUSA_DIRECT(exp_, 2, exp_)
+TORCH_MUSA_DIRECT(rsqrt, 1, rsqrt)
+TORCH_MUSA_DIRECT(rsqrt_, 2, rsqrt_)
+TORCH_MUSA_DIRECT(sigmoid, 1, sigmoid)
+TORCH_MUSA_DIRECT(sigmoid_, 2, sigmoid_)
+TORCH_MUSA_DIRECT(sqrt, 1, sqrt)
+TORCH_MUSA_DIRECT(sqrt_, 2, sqrt_)
+TORCH_MUSA_DIRECT(tanh, 1, tanh)
+TORCH_MUSA_DIRECT(tanh_, 2, tanh_)
 #undef TORCH_MUSA_DIRECT
 
 }  // namespace torch_musa::unboxed
