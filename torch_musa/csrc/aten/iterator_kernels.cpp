@@ -169,105 +169,87 @@ bool floating(const at::Tensor& t) {
 
 }  // namespace
 
-// The kernels below are the CPU's structured kernels' impl functions, with the
-// CPU's stub: add/sub are add_stub (sub with -alpha), relu is clamp_min(0).
-
-at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+// A binary op on the direct path: `fill(iterator, other)` runs the CPU structured
+// kernel's meta and impl functions (`other` may be a converted Python number).
+template <class Meta, class Fill>
+at::Tensor binary(const char* op, bool accepts, const at::Tensor& self, const at::Tensor& other,
+                  Fill fill) {
   const at::Tensor* o = &other;
   at::Tensor converted;
-  const auto d = direct_device(self, o, converted);
+  const auto d = accepts ? direct_device(self, o, converted) : -1;
   if (d < 0) return {};
-  KernelScope scope(d, "aten::add", "Tensor");
-  Functional<at::meta::structured_add_Tensor> op;
-  op.meta(self, *o, alpha);
-  at::native::add_stub(c10::DeviceType::CPU, op, alpha);
-  return std::move(op.out);
+  KernelScope scope(d, op, "Tensor");
+  Functional<Meta> it;
+  fill(it, *o);
+  return std::move(it.out);
+}
+
+template <class Meta, class Fill>
+bool binary_(const char* op, bool accepts, at::Tensor& self, const at::Tensor& other, Fill fill) {
+  const at::Tensor* o = &other;
+  at::Tensor converted;
+  const auto d = accepts ? direct_device(self, o, converted) : -1;
+  if (d < 0) return false;
+  KernelScope scope(d, op, "Tensor");
+  InPlace<Meta> it(self);
+  fill(it, *o);
+  return true;
+}
+
+// The CPU's impl functions: add and sub are add_stub (sub with -alpha), mul is
+// mul_stub, true division div_true_stub.
+#define TORCH_MUSA_DIRECT_BINARY(NAME, META, ACCEPTS, FILL)                                  \
+  at::Tensor NAME(const at::Tensor& self, const at::Tensor& other) {                        \
+    return binary<META>("aten::" #NAME, ACCEPTS, self, other, FILL);                        \
+  }                                                                                          \
+  bool NAME##_(at::Tensor& self, const at::Tensor& other) {                                 \
+    return binary_<META>("aten::" #NAME "_", ACCEPTS, self, other, FILL);                   \
+  }
+
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  return binary<at::meta::structured_add_Tensor>("aten::add", true, self, other,
+                                                 [&](auto& it, const at::Tensor& o) {
+    it.meta(self, o, alpha);
+    at::native::add_stub(c10::DeviceType::CPU, it, alpha);
+  });
 }
 
 bool add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const at::Tensor* o = &other;
-  at::Tensor converted;
-  const auto d = direct_device(self, o, converted);
-  if (d < 0) return false;
-  KernelScope scope(d, "aten::add_", "Tensor");
-  InPlace<at::meta::structured_add_Tensor> op(self);
-  op.meta(self, *o, alpha);
-  at::native::add_stub(c10::DeviceType::CPU, op, alpha);
-  return true;
+  return binary_<at::meta::structured_add_Tensor>("aten::add_", true, self, other,
+                                                  [&](auto& it, const at::Tensor& o) {
+    it.meta(self, o, alpha);
+    at::native::add_stub(c10::DeviceType::CPU, it, alpha);
+  });
 }
 
 at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const at::Tensor* o = &other;
-  at::Tensor converted;
-  const auto d = direct_device(self, o, converted);
-  if (d < 0) return {};
-  KernelScope scope(d, "aten::sub", "Tensor");
-  Functional<at::meta::structured_sub_Tensor> op;
-  op.meta(self, *o, alpha);
-  at::native::add_stub(c10::DeviceType::CPU, op, -alpha);
-  return std::move(op.out);
+  return binary<at::meta::structured_sub_Tensor>("aten::sub", true, self, other,
+                                                 [&](auto& it, const at::Tensor& o) {
+    it.meta(self, o, alpha);
+    at::native::add_stub(c10::DeviceType::CPU, it, -alpha);
+  });
 }
 
 bool sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  const at::Tensor* o = &other;
-  at::Tensor converted;
-  const auto d = direct_device(self, o, converted);
-  if (d < 0) return false;
-  KernelScope scope(d, "aten::sub_", "Tensor");
-  InPlace<at::meta::structured_sub_Tensor> op(self);
-  op.meta(self, *o, alpha);
-  at::native::add_stub(c10::DeviceType::CPU, op, -alpha);
-  return true;
+  return binary_<at::meta::structured_sub_Tensor>("aten::sub_", true, self, other,
+                                                  [&](auto& it, const at::Tensor& o) {
+    it.meta(self, o, alpha);
+    at::native::add_stub(c10::DeviceType::CPU, it, -alpha);
+  });
 }
 
-at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
-  const at::Tensor* o = &other;
-  at::Tensor converted;
-  const auto d = direct_device(self, o, converted);
-  if (d < 0) return {};
-  KernelScope scope(d, "aten::mul", "Tensor");
-  Functional<at::meta::structured_mul_Tensor> op;
-  op.meta(self, *o);
-  at::native::mul_stub(c10::DeviceType::CPU, op);
-  return std::move(op.out);
-}
-
-bool mul_(at::Tensor& self, const at::Tensor& other) {
-  const at::Tensor* o = &other;
-  at::Tensor converted;
-  const auto d = direct_device(self, o, converted);
-  if (d < 0) return false;
-  KernelScope scope(d, "aten::mul_", "Tensor");
-  InPlace<at::meta::structured_mul_Tensor> op(self);
-  op.meta(self, *o);
-  at::native::mul_stub(c10::DeviceType::CPU, op);
-  return true;
-}
-
+TORCH_MUSA_DIRECT_BINARY(mul, at::meta::structured_mul_Tensor, true,
+                         [&](auto& it, const at::Tensor& o) {
+                           it.meta(self, o);
+                           at::native::mul_stub(c10::DeviceType::CPU, it);
+                         })
 // Division promotes integers to float: only floating operands keep one dtype.
-at::Tensor div(const at::Tensor& self, const at::Tensor& other) {
-  const at::Tensor* o = &other;
-  at::Tensor converted;
-  const auto d = self.defined() && floating(self) ? direct_device(self, o, converted) : -1;
-  if (d < 0) return {};
-  KernelScope scope(d, "aten::div", "Tensor");
-  Functional<at::meta::structured_div_Tensor> op;
-  op.meta(self, *o);
-  at::native::div_true_stub(c10::DeviceType::CPU, op);
-  return std::move(op.out);
-}
-
-bool div_(at::Tensor& self, const at::Tensor& other) {
-  const at::Tensor* o = &other;
-  at::Tensor converted;
-  const auto d = self.defined() && floating(self) ? direct_device(self, o, converted) : -1;
-  if (d < 0) return false;
-  KernelScope scope(d, "aten::div_", "Tensor");
-  InPlace<at::meta::structured_div_Tensor> op(self);
-  op.meta(self, *o);
-  at::native::div_true_stub(c10::DeviceType::CPU, op);
-  return true;
-}
+TORCH_MUSA_DIRECT_BINARY(div, at::meta::structured_div_Tensor, self.defined() && floating(self),
+                         [&](auto& it, const at::Tensor& o) {
+                           it.meta(self, o);
+                           at::native::div_true_stub(c10::DeviceType::CPU, it);
+                         })
+#undef TORCH_MUSA_DIRECT_BINARY
 
 // The CPU's relu is clamp_min(self, 0), refusing bool first (that message comes
 // from the aliasing path); clamp_min widens integers only for a float bound.
