@@ -102,12 +102,6 @@ c10::DeviceIndex direct_device(const at::Tensor& self, const at::Tensor*& other,
   return device;
 }
 
-c10::DeviceIndex direct_device(const at::Tensor& self) {
-  const at::Tensor* none = nullptr;
-  at::Tensor unused;
-  return direct_device(self, none, unused);
-}
-
 // What a kernel call does around its kernel on the host driver: the device
 // current, the kernel's thread count, the profiler's kernel span.
 struct KernelScope {
@@ -122,6 +116,7 @@ struct KernelScope {
 // A structured op's functional variant: its output is new musa memory.
 template <class Meta>
 struct Functional final : Meta {
+  explicit Functional(const at::Tensor&) {}
   at::Tensor out;
   const at::Tensor& maybe_get_output(int64_t) override { return out; }
   void set_output_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
@@ -163,146 +158,101 @@ struct InPlace final : Meta {
   }
 };
 
+bool any_dtype(const at::Tensor&) { return true; }
+
 bool floating(const at::Tensor& t) {
   return at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type());
 }
 
-}  // namespace
-
-// A binary op on the direct path: `fill(iterator, other)` runs the CPU structured
-// kernel's meta and impl functions (`other` may be a converted Python number).
-template <class Meta, class Fill>
-at::Tensor binary(const char* op, bool accepts, const at::Tensor& self, const at::Tensor& other,
-                  Fill fill) {
-  const at::Tensor* o = &other;
-  at::Tensor converted;
-  const auto d = accepts ? direct_device(self, o, converted) : -1;
-  if (d < 0) return {};
-  KernelScope scope(d, op, "Tensor");
-  Functional<Meta> it;
-  fill(it, *o);
-  return std::move(it.out);
+// The CPU's relu refuses bool first (that message comes from the aliasing path), and
+// clamp_min refuses complex.
+bool relu_dtype(const at::Tensor& t) {
+  return t.scalar_type() != at::kBool && !at::isComplexType(t.scalar_type());
 }
 
-template <class Meta, class Fill>
-bool binary_(const char* op, bool accepts, at::Tensor& self, const at::Tensor& other, Fill fill) {
-  const at::Tensor* o = &other;
+// The direct path for `self` (an op that takes only those `Accepts`) and `other`
+// (null for a unary op): a Functional or InPlace iterator, `fill(iterator, other)`
+// running the CPU structured kernel's meta and impl functions; `other` may end up a
+// converted Python number. Returns whether the call was served.
+template <class It, bool (*Accepts)(const at::Tensor&), class Fill, class Done>
+bool run(const char* op, const char* overload, const at::Tensor& self, const at::Tensor* other,
+         Fill fill, Done done) {
   at::Tensor converted;
-  const auto d = accepts ? direct_device(self, o, converted) : -1;
+  const auto d = self.defined() && Accepts(self) ? direct_device(self, other, converted) : -1;
   if (d < 0) return false;
-  KernelScope scope(d, op, "Tensor");
-  InPlace<Meta> it(self);
-  fill(it, *o);
+  KernelScope scope(d, op, overload);
+  It it(self);
+  fill(it, other ? *other : self);
+  done(it);
   return true;
 }
+
+template <class Meta, bool (*Accepts)(const at::Tensor&), class Fill>
+at::Tensor functional(const char* op, const char* overload, const at::Tensor& self,
+                      const at::Tensor* other, Fill fill) {
+  at::Tensor out;
+  run<Functional<Meta>, Accepts>(op, overload, self, other, fill,
+                                 [&](Functional<Meta>& it) { out = std::move(it.out); });
+  return out;
+}
+
+template <class Meta, bool (*Accepts)(const at::Tensor&), class Fill>
+bool in_place(const char* op, const char* overload, at::Tensor& self, const at::Tensor* other,
+              Fill fill) {
+  return run<InPlace<Meta>, Accepts>(op, overload, self, other, fill, [](InPlace<Meta>&) {});
+}
+
+}  // namespace
 
 // The CPU's impl functions: add and sub are add_stub (sub with -alpha), mul is
-// mul_stub, true division div_true_stub.
-#define TORCH_MUSA_DIRECT_BINARY(NAME, META, ACCEPTS, FILL)                                  \
-  at::Tensor NAME(const at::Tensor& self, const at::Tensor& other) {                        \
-    return binary<META>("aten::" #NAME, ACCEPTS, self, other, FILL);                        \
-  }                                                                                          \
-  bool NAME##_(at::Tensor& self, const at::Tensor& other) {                                 \
-    return binary_<META>("aten::" #NAME "_", ACCEPTS, self, other, FILL);                   \
+// mul_stub, true division div_true_stub, relu clamp_min_scalar_stub with 0, the
+// unary ops their own stub. Division and the float unary ops promote integers to
+// float: only floating and complex tensors keep one dtype there.
+#define TORCH_MUSA_DIRECT(NAME, OVERLOAD, META, ACCEPTS, OTHER, PARAMS, FILL)         \
+  at::Tensor NAME(const at::Tensor& self PARAMS) {                                     \
+    return functional<META, ACCEPTS>("aten::" #NAME, OVERLOAD, self, OTHER, FILL);     \
+  }                                                                                     \
+  bool NAME##_(at::Tensor& self PARAMS) {                                              \
+    return in_place<META, ACCEPTS>("aten::" #NAME "_", OVERLOAD, self, OTHER, FILL);   \
   }
+#define TORCH_MUSA_COMMA ,
 
-at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return binary<at::meta::structured_add_Tensor>("aten::add", true, self, other,
-                                                 [&](auto& it, const at::Tensor& o) {
-    it.meta(self, o, alpha);
-    at::native::add_stub(c10::DeviceType::CPU, it, alpha);
-  });
-}
-
-bool add_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return binary_<at::meta::structured_add_Tensor>("aten::add_", true, self, other,
-                                                  [&](auto& it, const at::Tensor& o) {
-    it.meta(self, o, alpha);
-    at::native::add_stub(c10::DeviceType::CPU, it, alpha);
-  });
-}
-
-at::Tensor sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return binary<at::meta::structured_sub_Tensor>("aten::sub", true, self, other,
-                                                 [&](auto& it, const at::Tensor& o) {
-    it.meta(self, o, alpha);
-    at::native::add_stub(c10::DeviceType::CPU, it, -alpha);
-  });
-}
-
-bool sub_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  return binary_<at::meta::structured_sub_Tensor>("aten::sub_", true, self, other,
-                                                  [&](auto& it, const at::Tensor& o) {
-    it.meta(self, o, alpha);
-    at::native::add_stub(c10::DeviceType::CPU, it, -alpha);
-  });
-}
-
-TORCH_MUSA_DIRECT_BINARY(mul, at::meta::structured_mul_Tensor, true,
-                         [&](auto& it, const at::Tensor& o) {
-                           it.meta(self, o);
-                           at::native::mul_stub(c10::DeviceType::CPU, it);
-                         })
-// Division promotes integers to float: only floating operands keep one dtype.
-TORCH_MUSA_DIRECT_BINARY(div, at::meta::structured_div_Tensor, self.defined() && floating(self),
-                         [&](auto& it, const at::Tensor& o) {
-                           it.meta(self, o);
-                           at::native::div_true_stub(c10::DeviceType::CPU, it);
-                         })
-#undef TORCH_MUSA_DIRECT_BINARY
-
-// The CPU's relu is clamp_min(self, 0), refusing bool first (that message comes
-// from the aliasing path); clamp_min widens integers only for a float bound.
-at::Tensor relu(const at::Tensor& self) {
-  const auto d = self.defined() && self.scalar_type() != at::kBool && !at::isComplexType(self.scalar_type())
-                     ? direct_device(self) : -1;
-  if (d < 0) return {};
-  KernelScope scope(d, "aten::relu", "");
-  Functional<at::meta::structured_clamp_min> op;
-  const at::Scalar zero(0);
-  op.meta(self, zero);
-  at::native::clamp_min_scalar_stub(c10::DeviceType::CPU, op, zero);
-  return std::move(op.out);
-}
-
-bool relu_(at::Tensor& self) {
-  const auto d = self.defined() && self.scalar_type() != at::kBool && !at::isComplexType(self.scalar_type())
-                     ? direct_device(self) : -1;
-  if (d < 0) return false;
-  KernelScope scope(d, "aten::relu_", "");
-  InPlace<at::meta::structured_clamp_min> op(self);
-  const at::Scalar zero(0);
-  op.meta(self, zero);
-  at::native::clamp_min_scalar_stub(c10::DeviceType::CPU, op, zero);
-  return true;
-}
-
-// The unary ops' CPU impl functions are their stub alone. The float ops' meta
-// functions promote integers to float: only floating and complex tensors come.
-#define TORCH_MUSA_DIRECT_UNARY(NAME, ACCEPTS)                                   \
-  at::Tensor NAME(const at::Tensor& self) {                                     \
-    const auto d = self.defined() && ACCEPTS(self) ? direct_device(self) : -1;   \
-    if (d < 0) return {};                                                        \
-    KernelScope scope(d, "aten::" #NAME, "");                                    \
-    Functional<at::meta::structured_##NAME> op;                                  \
-    op.meta(self);                                                               \
-    at::native::NAME##_stub(c10::DeviceType::CPU, op);                           \
-    return std::move(op.out);                                                    \
-  }                                                                              \
-  bool NAME##_(at::Tensor& self) {                                              \
-    const auto d = self.defined() && ACCEPTS(self) ? direct_device(self) : -1;   \
-    if (d < 0) return false;                                                     \
-    KernelScope scope(d, "aten::" #NAME "_", "");                                \
-    InPlace<at::meta::structured_##NAME> op(self);                               \
-    op.meta(self);                                                               \
-    at::native::NAME##_stub(c10::DeviceType::CPU, op);                           \
-    return true;                                                                 \
-  }
-
-namespace {
-bool any_dtype(const at::Tensor&) { return true; }
-}  // namespace
-
+TORCH_MUSA_DIRECT(add, "Tensor", at::meta::structured_add_Tensor, any_dtype, &other,
+                  TORCH_MUSA_COMMA const at::Tensor& other TORCH_MUSA_COMMA const at::Scalar& alpha,
+                  [&](auto& it, const at::Tensor& o) {
+                    it.meta(self, o, alpha);
+                    at::native::add_stub(c10::DeviceType::CPU, it, alpha);
+                  })
+TORCH_MUSA_DIRECT(sub, "Tensor", at::meta::structured_sub_Tensor, any_dtype, &other,
+                  TORCH_MUSA_COMMA const at::Tensor& other TORCH_MUSA_COMMA const at::Scalar& alpha,
+                  [&](auto& it, const at::Tensor& o) {
+                    it.meta(self, o, alpha);
+                    at::native::add_stub(c10::DeviceType::CPU, it, -alpha);
+                  })
+TORCH_MUSA_DIRECT(mul, "Tensor", at::meta::structured_mul_Tensor, any_dtype, &other,
+                  TORCH_MUSA_COMMA const at::Tensor& other,
+                  [&](auto& it, const at::Tensor& o) {
+                    it.meta(self, o);
+                    at::native::mul_stub(c10::DeviceType::CPU, it);
+                  })
+TORCH_MUSA_DIRECT(div, "Tensor", at::meta::structured_div_Tensor, floating, &other,
+                  TORCH_MUSA_COMMA const at::Tensor& other,
+                  [&](auto& it, const at::Tensor& o) {
+                    it.meta(self, o);
+                    at::native::div_true_stub(c10::DeviceType::CPU, it);
+                  })
+TORCH_MUSA_DIRECT(relu, "", at::meta::structured_clamp_min, relu_dtype, nullptr, ,
+                  [&](auto& it, const at::Tensor&) {
+                    const at::Scalar zero(0);
+                    it.meta(self, zero);
+                    at::native::clamp_min_scalar_stub(c10::DeviceType::CPU, it, zero);
+                  })
+#define TORCH_MUSA_DIRECT_UNARY(NAME, ACCEPTS)                                          \
+  TORCH_MUSA_DIRECT(NAME, "", at::meta::structured_##NAME, ACCEPTS, nullptr, ,          \
+                    [&](auto& it, const at::Tensor&) {                                  \
+                      it.meta(self);                                                    \
+                      at::native::NAME##_stub(c10::DeviceType::CPU, it);                \
+                    })
 TORCH_MUSA_DIRECT_UNARY(neg, any_dtype)
 TORCH_MUSA_DIRECT_UNARY(exp, floating)
 TORCH_MUSA_DIRECT_UNARY(rsqrt, floating)
@@ -310,5 +260,7 @@ TORCH_MUSA_DIRECT_UNARY(sigmoid, floating)
 TORCH_MUSA_DIRECT_UNARY(sqrt, floating)
 TORCH_MUSA_DIRECT_UNARY(tanh, floating)
 #undef TORCH_MUSA_DIRECT_UNARY
+#undef TORCH_MUSA_COMMA
+#undef TORCH_MUSA_DIRECT
 
 }  // namespace torch_musa::iterator_kernels
