@@ -1,15 +1,22 @@
 """AOTInductor and ``cpp_wrapper=True`` on musa (torch_musa/_inductor/aoti.py): a musa
-graph compiles as the CPU's, and runs on musa tensors through the musa runner
-(csrc/aten/aoti_runner.cpp). The reference is the same model compiled for the CPU
-device: the same generated code, so the same bits; eager musa within float tolerance.
-Compiling a package runs g++: slow."""
+graph compiles as the kernel device's (the CPU's under the host driver, CUDA's under
+the cuda driver), and runs on musa tensors through the musa runner
+(csrc/aten/aoti_runner.cpp). Under every driver the reference is eager musa, within
+float tolerance; under the host driver also the same model compiled for the CPU
+device: the same generated code, so the same bits. Compiling a package runs g++: slow."""
+import json
+import os
+import zipfile
+
 import pytest
 import torch
 import torch._dynamo
 from torch import nn
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.requires_host_driver("AOTInductor packages hold the CPU's kernels")]
+from ._route import KIND
+
+pytestmark = pytest.mark.slow
+CPU_BITS = pytest.mark.requires_host_driver("the host driver's packages hold the CPU's kernels")
 
 
 class Net(nn.Module):
@@ -45,7 +52,7 @@ def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("aoti")
     made = {}
     for device in ("musa", "cpu"):
-        m, xd = model.to(device), x.to(device)
+        m, xd = model.to(device), x.to(device)  # (the cuda driver's musa is the GPU)
         batch = torch.export.Dim("batch", min=1, max=16)
         ep = torch.export.export(m, (xd,), dynamic_shapes=({0: batch},))
         made[device] = torch._inductor.aoti_compile_and_package(
@@ -55,16 +62,55 @@ def packages(tmp_path_factory):
     return made, x, eager
 
 
-def test_package_runs_on_musa_as_the_cpu_package_does(packages):
+def test_package_runs_on_musa_as_eager_musa_does(packages):
     made, x, eager = packages
     metadata = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(
         made["musa"], "model")
-    assert metadata["AOTI_DEVICE_KEY"] == "musa" and metadata["AOTI_MUSA_KERNEL_DEVICE"] == "cpu"
+    assert metadata["AOTI_DEVICE_KEY"] == "musa" and metadata["AOTI_MUSA_KERNEL_DEVICE"] == KIND
     before = torch.musa.memory_allocated()
     out, flat = torch._inductor.aoti_load_package(made["musa"])(x.to("musa"))
     assert out.device == flat.device == torch.device("musa", 0)
     # The model's results are musa memory, counted as such.
     assert torch.musa.memory_allocated() - before >= out.nbytes + flat.nbytes
+    torch.testing.assert_close(out.cpu(), eager[0], atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(flat.cpu(), eager[1], atol=1e-4, rtol=1e-3)
+    # Another batch size (the batch dimension was exported as dynamic), on a side stream.
+    x5 = torch.randn(5, *x.shape[1:])
+    stream = torch.musa.Stream()
+    with torch.musa.stream(stream):
+        out5, _ = torch._inductor.aoti_load_package(made["musa"])(x5.to("musa"))
+    stream.synchronize()
+    with torch.no_grad():
+        ref5 = _model_and_input()[0](x5)[0]  # the same weights (seeded), eager on the CPU
+    assert out5.shape == (5, 6)
+    torch.testing.assert_close(out5.cpu(), ref5, atol=1e-4, rtol=1e-3)
+
+
+def test_package_of_another_driver_is_refused_clearly(packages, tmp_path):
+    made, x, _ = packages
+    other = {"cpu": "cuda", "cuda": "cpu"}[KIND]
+    moved = tmp_path / "other.pt2"
+    with zipfile.ZipFile(made["musa"]) as src, zipfile.ZipFile(moved, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename.endswith("_metadata.json"):
+                metadata = json.loads(data)
+                metadata["AOTI_MUSA_KERNEL_DEVICE"] = other
+                data = json.dumps(metadata).encode()
+            dst.writestr(item, data)
+    driver = {"cpu": "host", "cuda": "cuda"}
+    with pytest.raises(RuntimeError, match=f"holds {other} kernels, but the {driver[KIND]} driver "
+                       f"runs {KIND} kernels: load it under the {driver[other]} driver"):
+        torch._inductor.aoti_load_package(str(moved))(x.to("musa"))
+    assert os.path.exists(made["musa"])
+    out, _ = torch._inductor.aoti_load_package(made["musa"])(x.to("musa"))  # still usable
+    assert out.device.type == "musa"
+
+
+@CPU_BITS
+def test_package_runs_on_musa_as_the_cpu_package_does(packages):
+    made, x, eager = packages
+    out, flat = torch._inductor.aoti_load_package(made["musa"])(x.to("musa"))
     ref_out, ref_flat = torch._inductor.aoti_load_package(made["cpu"])(x)
     assert torch.equal(out.cpu(), ref_out) and torch.equal(flat.cpu(), ref_flat)
     torch.testing.assert_close(out.cpu(), eager[0])
@@ -102,6 +148,25 @@ def test_real_torch_musa_loader_and_clear_errors(packages):
     assert str(err.value) == MUSA_SO_UNSUPPORTED
 
 
+def test_cpp_wrapper_compile_runs_the_kernel_devices_wrapper():
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    model, x = _model_and_input()
+    try:
+        with torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad():
+            musa, code = run_and_get_code(torch.compile(model.to("musa")), x.to("musa"))
+    finally:
+        torch._dynamo.reset()
+    assert any(f"cpp_wrapper/{KIND}.h" in c for c in code)  # the kernel device's C++ wrapper
+    with torch.no_grad():
+        eager = model(x.to("musa"))
+    for m, e in zip(musa, eager):
+        assert m.device == torch.device("musa", 0)
+        torch.testing.assert_close(m.cpu(), e.cpu(), atol=1e-4, rtol=1e-3)
+
+
+@CPU_BITS
 def test_cpp_wrapper_compile_is_the_cpu_one():
     from torch._inductor.utils import run_and_get_code
 
@@ -120,6 +185,7 @@ def test_cpp_wrapper_compile_is_the_cpu_one():
         assert torch.equal(m.cpu(), c)
 
 
+@CPU_BITS
 def test_cpp_wrapper_training_step_is_the_cpu_one():
     torch._dynamo.reset()
     torch.manual_seed(0)

@@ -4,6 +4,7 @@ compiled by Inductor's stock path for it, and called through aliases; autograd s
 Under the cuda driver the same route compiles for the GPU (scripts/gpu_run.sh runs this file
 there through the default backend)."""
 import copy
+import json
 
 import pytest
 import torch
@@ -191,16 +192,32 @@ def test_matmuls_are_padded_as_on_the_gpu(monkeypatch):
     torch.testing.assert_close(got.cpu(), ref, **TOL)
 
 
-def test_aot_compilation_for_gpu_kernels_is_refused():
-    # The cuda driver's AOTInductor: its packages would hold CUDA kernels, which no musa
-    # runner runs yet (torch_musa/_inductor/aoti.py).
+def test_aot_compilation_moves_the_graph_and_names_musa_the_device(tmp_path):
+    # What AOTInductor compiles for the kernel device, the package metadata names musa
+    # (the device the loader picks the musa runner by) and the kernel device the runner
+    # checks against its driver's. (test_aoti.py compiles and runs real packages.)
     from torch._inductor.virtualized import V
 
     from torch_musa._inductor import aoti
     from torch_musa._inductor.kernel_device import KernelDeviceCompile
 
+    class Compiled:
+        filename = str(tmp_path / "model.so")
+
+    (tmp_path / "model_metadata.json").write_text(json.dumps({"AOTI_DEVICE_KEY": KIND}))
+    seen = []
+
+    def inner(gm, example_inputs, *args, **kwargs):
+        seen.append((placeholder_devices(gm), [t.device.type for t in example_inputs]))
+        return Compiled()
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     gm = torch.fx.symbolic_trace(lambda a: a + 1)
-    route = KernelDeviceCompile(lambda *a, **k: pytest.fail("compiled"), "cuda")
-    with V.set_aot_compilation(True), pytest.raises(RuntimeError) as err:
-        route(gm, [torch.ones(2, device="musa")])
-    assert str(err.value) == aoti.CUDA_DRIVER_AOT
+    fake = FakeTensorMode().from_tensor(torch.ones(2, device="musa"))
+    with V.set_aot_compilation(True):
+        compiled = KernelDeviceCompile(inner, KIND)(gm, [fake])
+    assert isinstance(compiled, Compiled)  # not wrapped: the runner wraps at run time
+    assert [d.split(":")[0] for d in seen[0][0]] == [KIND] and seen[0][1] == [KIND], seen
+    metadata = json.loads((tmp_path / "model_metadata.json").read_text())
+    assert metadata[aoti.DEVICE_KEY] == "musa" and metadata[aoti.KERNEL_DEVICE_KEY] == KIND

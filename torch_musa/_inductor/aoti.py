@@ -29,11 +29,11 @@ torch_musa does), and under the host driver each of those functions would end in
 the CPU's kernel anyway.
 
 The cuda driver's kernel device is CUDA: the same move gives a CUDA package (Triton
-kernels, ``aoti_torch_cuda_*``), which a runner built on
-``AOTIModelContainerRunnerCuda`` (libtorch_cuda) would run over CUDA aliases, as
-``aoti_runner.cpp`` does over CPU ones. Until libtorch_musa links libtorch_cuda, the
-cuda driver refuses AOT compilation (``CUDA_DRIVER_AOT``) and the runner refuses a
-package compiled for other than CPU kernels.
+kernels, ``aoti_torch_cuda_*``), and the musa runner is then built on CUDA's
+(``AOTIModelContainerRunnerCuda``, libtorch_cuda, which libtorch_musa links under that
+driver), over CUDA aliases of the musa inputs, on the current musa stream (a CUDA
+stream there). A package runs under the driver that compiled it; the runner says so
+when asked otherwise.
 """
 from __future__ import annotations
 
@@ -42,20 +42,12 @@ import os
 
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 
-__all__ = ["MusaCppWrapperCpu", "CUDA_DRIVER_AOT", "DEVICE_KEY", "KERNEL_DEVICE_KEY",
+__all__ = ["MusaCppWrapperCpu", "DEVICE_KEY", "KERNEL_DEVICE_KEY",
            "wants_cpp_wrapper", "mark_musa_package"]
 
 #: The package metadata entries the musa runner reads.
 DEVICE_KEY = "AOTI_DEVICE_KEY"
 KERNEL_DEVICE_KEY = "AOTI_MUSA_KERNEL_DEVICE"
-
-CUDA_DRIVER_AOT = (
-    "AOTInductor (aoti_compile_and_package, aot_compile) on musa runs under the host "
-    "driver only: under the cuda driver a musa package would hold CUDA kernels, and "
-    "libtorch_musa has no runner for those yet (it would need libtorch_cuda's "
-    "AOTIModelContainerRunnerCuda). Compile and load the package with "
-    "TORCH_MUSA_DRIVER=host, or use torch.compile under the cuda driver.")
-
 
 def wants_cpp_wrapper(inner_kwargs: dict) -> bool:
     """Whether the graph being compiled gets Inductor's C++ wrapper (AOTInductor, or

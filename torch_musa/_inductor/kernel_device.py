@@ -183,8 +183,6 @@ class KernelDeviceCompile:
         if self._only_cpp_wrapper and not aoti.wants_cpp_wrapper(kwargs):
             return self._inner(gm, example_inputs, *args, **kwargs)
         aot = getattr(V, "aot_compilation", False)
-        if aot and self._kind != "cpu":
-            raise RuntimeError(aoti.CUDA_DRIVER_AOT)
         if self._check is not None:
             self._check(gm)
         inputs = move_graph(gm, example_inputs, self._kind)

@@ -3,8 +3,9 @@
 // AOTI_DEVICE_KEY is "musa".
 //
 // A musa package holds a model compiled for the kernel device (the CPU's code
-// under the host driver; torch_musa/_inductor/aoti.py says why). This runner
-// loads it as the CPU runner does, and runs it as one op of the op path
+// under the host driver, CUDA's under the cuda driver; torch_musa/_inductor/aoti.py
+// says why). This runner loads it as that device's runner does, and runs it as
+// one op of the op path
 // (kernel_call.h): the musa inputs become zero-copy kernel-device aliases, the
 // model's allocations come from the musa pool (KernelAllocationScope), and its
 // results come back as musa tensors over that memory, or over the inputs' when
@@ -13,6 +14,9 @@
 #include "aten/kernel_call.h"
 
 #include <torch/csrc/inductor/aoti_runner/model_container_runner_cpu.h>
+#ifdef TORCH_MUSA_WITH_CUDA
+#include <torch/csrc/inductor/aoti_runner/model_container_runner_cuda.h>
+#endif
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 
 #include <fstream>
@@ -47,12 +51,14 @@ c10::DeviceIndex index_of(const std::string& device_str) {
   return d.has_index() ? d.index() : -1;
 }
 
-class MusaModelRunner : public torch::inductor::AOTIModelContainerRunnerCpu {
+// `KernelRunner`: the kernel device's own runner (CPU's, or CUDA's under the cuda
+// driver, which runs on the current CUDA stream: the current musa stream there).
+template <class KernelRunner>
+class MusaModelRunner : public KernelRunner {
  public:
-  MusaModelRunner(const std::string& so_path, size_t num_models, c10::DeviceIndex device,
-                  bool run_single_threaded)
-      : AOTIModelContainerRunnerCpu(so_path, num_models, run_single_threaded),
-        device_(device) {}
+  template <class... Args>
+  explicit MusaModelRunner(c10::DeviceIndex device, Args&&... args)
+      : KernelRunner(std::forward<Args>(args)...), device_(device) {}
 
  protected:
   std::vector<at::Tensor> run_impl(std::vector<AtenTensorHandle>& inputs,
@@ -79,7 +85,7 @@ class MusaModelRunner : public torch::inductor::AOTIModelContainerRunnerCpu {
     {
       KernelAllocationScope scope(device);
       // The model .so takes the handles (and the kernel aliases in them) over.
-      outs = AOTIModelContainerRunnerCpu::run_impl(inputs, stream_handle);
+      outs = KernelRunner::run_impl(inputs, stream_handle);
     }
     call.sync_written();
     ResultStorages refs;
@@ -94,22 +100,32 @@ class MusaModelRunner : public torch::inductor::AOTIModelContainerRunnerCpu {
 
 std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
     const std::string& so_path, size_t num_models, const std::string& device_str,
-    const std::string& /*bin_dir*/, const bool run_single_threaded) {
+    const std::string& bin_dir, const bool run_single_threaded) {
   const c10::DeviceIndex device = index_of(device_str);
   if (device >= 0) check_device(device);
   const std::string compiled_for = kernel_device_of(so_path);
   const std::string runs_on = c10::DeviceTypeName(config().kernel_type, /*lower_case=*/true);
-  TORCH_CHECK(compiled_for == "cpu",
+  TORCH_CHECK(compiled_for == "cpu" || compiled_for == "cuda",
               "this musa AOTInductor package was compiled for ",
               compiled_for.empty() ? std::string("an unknown kernel device") : compiled_for,
-              " kernels; the musa runner runs packages compiled under the host driver (cpu "
-              "kernels). Compile it again with aoti_compile_and_package under the driver "
-              "that will run it.");
+              " kernels; the musa runner runs packages of cpu kernels (compiled under the "
+              "host driver) or cuda kernels (the cuda driver). Compile it again with "
+              "aoti_compile_and_package under the driver that will run it.");
   TORCH_CHECK(runs_on == compiled_for,
               "this musa AOTInductor package holds ", compiled_for, " kernels, but the ",
-              driver().name(), " driver runs ", runs_on,
-              " kernels: load it under the host driver (TORCH_MUSA_DRIVER=host)");
-  return std::make_unique<MusaModelRunner>(so_path, num_models, device, run_single_threaded);
+              driver().name(), " driver runs ", runs_on, " kernels: load it under the ",
+              compiled_for == "cpu" ? "host" : "cuda", " driver (TORCH_MUSA_DRIVER=",
+              compiled_for == "cpu" ? "host" : "cuda", ")");
+#ifdef TORCH_MUSA_WITH_CUDA
+  if (compiled_for == "cuda") {
+    // musa:N is cuda:N under the cuda driver.
+    const std::string cuda_device = device >= 0 ? "cuda:" + std::to_string(device) : "cuda";
+    return std::make_unique<MusaModelRunner<torch::inductor::AOTIModelContainerRunnerCuda>>(
+        device, so_path, num_models, cuda_device, bin_dir, run_single_threaded);
+  }
+#endif
+  return std::make_unique<MusaModelRunner<torch::inductor::AOTIModelContainerRunnerCpu>>(
+      device, so_path, num_models, run_single_threaded);
 }
 
 const torch::inductor::RegisterAOTIModelRunner register_musa_runner("musa", &create_runner);
