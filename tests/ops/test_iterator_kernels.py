@@ -13,7 +13,10 @@ import torch
 import torch_musa  # noqa: F401
 from torch_musa.testing.sweep_common import load_testing_db
 
-pytestmark = pytest.mark.requires_host_driver("the host driver runs the CPU's kernels: bit for bit")
+# Under the cuda driver the GPU's kernels meet the CPU's bits for the exact ops (add,
+# mul, relu, ...) and not for others (exp, tanh): 642 of 881 cases passed on an H100.
+pytestmark = pytest.mark.requires_host_driver("the host driver runs the CPU's kernels: bit for bit",
+                                              may_pass_elsewhere=True)
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
           torch.uint8, torch.bool, torch.complex64]

@@ -104,3 +104,38 @@ def test_adamw_over_many_parameters_equals_the_cpus(fused):
     for a, b in zip(cpu, musa):
         _assert_same(b, a)
     assert all(s["exp_avg"].device.type == "musa" for s in state.values())
+
+
+def test_foreach_ops_over_views_and_a_repeated_tensor():
+    """The ``_foreach_*`` ops: the CPU's per-tensor loop under the host driver, the
+    kernel device's multi-tensor kernels under the cuda driver (ops/fallback_routes.py),
+    through the list fallback, with views of one storage and one tensor twice."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from torch_musa.ops import fallback_routes
+
+    routed = fallback_routes.kernel_device_foreach_ops()
+    assert ("_foreach_add_.Scalar" in routed) == (torch_musa._driver.KERNEL_DEVICE == "cuda")
+    out = {}
+    for dev in ("cpu", "musa"):
+        g = torch.Generator().manual_seed(0)
+        base = torch.randn(N, 6, generator=g).to(dev)
+        extra = torch.randn(3, 6, generator=g).to(dev)
+        xs = list(base.split(1)) + [extra]
+        ys = [torch.rand(t.shape, generator=g).to(dev) + 0.5 for t in xs]
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            torch._foreach_add_(xs, 1.0)
+        per_tensor = sum(e.name == "aten::add_" for e in prof.events())
+        torch._foreach_mul_(xs, ys)
+        torch._foreach_addcmul_(xs, ys, ys, value=0.5)
+        summed = torch._foreach_add(xs, ys, alpha=2.0)
+        norms = torch._foreach_norm(summed)
+        out[dev] = (base, extra, summed, norms, per_tensor)
+    (base, extra, summed, norms, per_tensor), cpu = out["musa"], out["cpu"]
+    _assert_same(base, cpu[0])
+    _assert_same(extra, cpu[1])
+    assert all(s.device.type == "musa" for s in summed) and len(summed) == N + 1
+    for got, want in zip(summed + norms, cpu[2] + cpu[3]):
+        _assert_same(got, want)
+    # One op for the list where the kernel device has a multi-tensor kernel.
+    assert per_tensor == (0 if routed else N + 1)
