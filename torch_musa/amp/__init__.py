@@ -5,8 +5,9 @@
 * :func:`custom_fwd` / :func:`custom_bwd` for custom autograd functions.
 * :class:`GradScaler` — also reachable as ``torch.amp.GradScaler("musa")``.
 
-The per-op casting policy (:mod:`torch_musa.amp.policy`, the CUDA lists) is
-registered on the ``AutocastPrivateUse1`` dispatch key by :func:`register`.
+The per-op casting policy (CUDA's lists, from ATen) is registered on the
+``AutocastPrivateUse1`` dispatch key by :func:`register`
+(:mod:`torch_musa.amp.autocast_kernels`).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 // Python bindings of the runtime core (torch_musa._C). Kept thin: the
 // torch.musa API is written in Python on top of these.
 #include "core/MUSACachingAllocator.h"
+#include "aten/autocast_kernels.h"
 #include "aten/fallback.h"
 #include "core/MUSAGenerator.h"
 #include "aten/kernel_alias.h"
@@ -263,6 +264,7 @@ PYBIND11_MODULE(_C, m) {
       .def("__exit__", [](KernelSpanScope& s, py::args) { s.exit(); return false; });
   m.def("_profiler_recorded_kernels", &profiler::recorded_kernel_count);
   m.def("_register_fallback_ops", &register_fallback_for);
+  m.def("_register_autocast_kernels", &register_autocast_kernels);
   init_nan_check(m);
   init_memory(m);  // python/memory.cpp
   init_graphs(m);  // python/graphs.cpp
