@@ -15,7 +15,8 @@ without the session. Prints estimate, band, measured time and the error per mode
 it, and GPT-2's recorded FLOPs against 6 x parameters x tokens; --json writes it all. ``--small`` shrinks every model
 so the script runs on the host driver (a smoke test; its times mean nothing).
 ``--native`` also times each step on native cuda, in a process without torch_musa: what
-the GPU itself takes, against which musa's own overhead shows.
+the GPU itself takes, against which musa's own overhead shows, and how long the host
+took to issue it (with ``--profile-dir``, native's per-op host costs as well).
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def profile_table(step, path: str) -> None:
     with profile(activities=activities) as prof:
         for _ in range(2):
             step()
-        torch.musa.synchronize()
+        (torch.cuda.synchronize if NATIVE_WORKER else torch.musa.synchronize)()
     ka = prof.key_averages()
     with open(path, "w") as f:
         f.write(ka.table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
@@ -150,14 +151,18 @@ def gpt2_flops_check(model_flops: int, small: bool) -> dict:
             "recorded_over_rule": model_flops / rule}
 
 
-def native_step_time(name: str, warmup: int, steps: int) -> float:
-    """The same step's time on native cuda, measured in a process without torch_musa."""
+def native_step_time(name: str, warmup: int, steps: int, profile_dir: str | None) -> dict:
+    """The same step on native cuda, in a process without torch_musa: seconds per step
+    and the host's issue time (``measured_s``, ``issued_s``); with ``profile_dir``, its
+    profile tables too (``..._profile_native.txt``: native per-op host costs)."""
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # torch would load torch_musa itself
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--native-worker", "--models", name,
-                           "--warmup", str(warmup), "--steps", str(steps)], capture_output=True, text=True, env=env)
+    cmd = [sys.executable, os.path.abspath(__file__), "--native-worker", "--models", name,
+           "--warmup", str(warmup), "--steps", str(steps)]
+    proc = subprocess.run(cmd + (["--profile-dir", profile_dir] if profile_dir else []),
+                          capture_output=True, text=True, env=env)
     if proc.returncode:
         raise SystemExit(f"the native-cuda worker for {name} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])["measured_s"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, profile_dir: str | None,
@@ -185,7 +190,8 @@ def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, pro
                       "gflop": round(o["flops"] / 1e9, 1), "mb": round(o["bytes"] / 1e6, 1),
                       "compute_bound_calls": o["compute_bound"]} for o in e["ops"][:12]]}
     if native:
-        r["native_s"] = native_step_time(name, warmup, steps)
+        got = native_step_time(name, warmup, steps, profile_dir)
+        r["native_s"], r["native_issued_s"] = got["measured_s"], got["issued_s"]
     if name == "gpt2-small":
         r["flops_check"] = gpt2_flops_check(e["flops"], small)
     return r
@@ -201,7 +207,8 @@ def show(r: dict) -> None:
         print(f"      {o['op']:<40} {o['calls']:>5} calls {o['ms']:>9.3f} ms  {o['gflop']:>9.1f} GFLOP "
               f"{o['mb']:>9.1f} MB")
     if "native_s" in r:
-        print(f"    native cuda: {r['native_s'] * 1e3:.2f} ms (musa/native {r['measured_s'] / r['native_s']:.3f}; "
+        print(f"    native cuda: {r['native_s'] * 1e3:.2f} ms, issued in {r['native_issued_s'] * 1e3:.2f} ms "
+              f"(musa/native {r['measured_s'] / r['native_s']:.3f}; "
               f"estimate vs native {(r['estimate_s'] / r['native_s'] - 1) * 100:+.1f} %)")
     if "flops_check" in r:
         f = r["flops_check"]
@@ -226,7 +233,11 @@ def main(argv=None) -> int:
         step = MODELS[a.models](a.small)
         for _ in range(a.warmup):
             step()
-        print(json.dumps({"model": a.models, "measured_s": measure(step, a.steps)[0]}))
+        measured, issued = measure(step, a.steps)
+        if a.profile_dir:
+            os.makedirs(a.profile_dir, exist_ok=True)
+            profile_table(step, os.path.join(a.profile_dir, f"doctor_validate_{a.models}_profile_native.txt"))
+        print(json.dumps({"model": a.models, "measured_s": measured, "issued_s": issued}))
         return 0
     gpu = torch.musa.get_device_name()
     if a.card is None:
