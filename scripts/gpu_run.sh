@@ -8,6 +8,7 @@
 #   bash scripts/gpu_run.sh            # build + tests + benchmark
 #   STAGES="build bench" bash scripts/gpu_run.sh
 #   STAGES="build dist" bash scripts/gpu_run.sh   # only tests/distributed
+#   STAGES="build doctor" bash scripts/gpu_run.sh # musa-doctor's estimate against the GPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -57,6 +58,13 @@ if [[ " $STAGES " == *" dist "* ]]; then
   dist_status=${PIPESTATUS[0]}
   (( status == 0 )) && status=$dist_status
   echo "distributed tests: exit $dist_status, $(( $(date +%s) - start )) s"
+fi
+
+if [[ " $STAGES " == *" doctor "* ]]; then
+  # The estimate against measured steps, native CUDA's too, with both sides' per-op
+  # profiles (the host costs the doctor's model prices); DOCTOR_ARGS: e.g. "--models resnet18".
+  $PY benchmarks/doctor_validate.py --native --json "$RESULTS/doctor_validate.json" \
+    --profile-dir "$RESULTS/doctor_profiles" ${DOCTOR_ARGS:-} || status=1
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
