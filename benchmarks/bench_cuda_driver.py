@@ -4,7 +4,8 @@ Run on a machine with an NVIDIA GPU (scripts/gpu_run.sh does it):
 
     TORCH_MUSA_DRIVER=cuda python benchmarks/bench_cuda_driver.py --out benchmarks/results
 
-Per-op times for small (launch-bound) and large ops, the replay of a captured graph of
+Per-op times for small (launch-bound) ops, among them those a GPT-2 step issues most
+(where a host-bound step's extra host time per op comes from), large ops, the replay of a captured graph of
 small ops (MUSA graph against CUDA graph), and GPT-2-small training steps
 (random initialisation, bf16 autocast, fused AdamW) eager and under
 ``torch.compile`` (``--train``): b16x1024, and two host-bound cases, the same model
@@ -81,6 +82,23 @@ def op_cases():
         w = torch.randn(256, 256, 3, 3, device=device, dtype=torch.bfloat16)
         return lambda: torch.nn.functional.conv2d(x, w, padding=1)
 
+    def in_autocast(op, shape):
+        # the per-op cast policy on top of the op (musa: csrc/aten/autocast_kernels.cpp)
+        def make(device):
+            g = torch.Generator().manual_seed(0)
+            a, b = (torch.randn(shape, generator=g).to(device) for _ in range(2))
+
+            def call():
+                with torch.autocast(device, dtype=torch.bfloat16):
+                    return op(a, b)
+            return call
+        return make
+
+    def embedding(device):
+        table = torch.randn(50257, 64, device=device)
+        ids = torch.randint(0, 50257, (64,), generator=torch.Generator().manual_seed(0)).to(device)
+        return lambda: torch.nn.functional.embedding(ids, table)
+
     def graph_replay(device):
         # 30 small kernels captured once (MUSA graph / CUDA graph), timed per replay
         mod = torch.musa if device == "musa" else torch.cuda
@@ -109,6 +127,19 @@ def op_cases():
         ("mul 64x64", "small", binary(torch.mul, (64, 64), torch.float32), 3000),
         ("relu 64x64", "small", unary(torch.relu, (64, 64), torch.float32), 3000),
         ("add_ 64x64", "small", binary(lambda a, b: a.add_(b), (64, 64), torch.float32), 3000),
+        # The other ops a GPT-2 step issues most, one at a time (where a host-bound step's
+        # extra host time per op comes from).
+        ("mm 64x64 bf16", "small", binary(torch.mm, (64, 64), torch.bfloat16), 3000),
+        ("addmm 64x64 bf16", "small", binary(lambda a, b: torch.addmm(a, a, b), (64, 64),
+                                             torch.bfloat16), 3000),
+        ("to bf16 64x64", "small", unary(lambda a: a.to(torch.bfloat16), (64, 64), torch.float32), 3000),
+        ("layer_norm 64x64", "small", unary(lambda a: torch.nn.functional.layer_norm(a, (64,)),
+                                            (64, 64), torch.float32), 3000),
+        ("softmax 64x64", "small", unary(lambda a: torch.softmax(a, -1), (64, 64), torch.float32), 3000),
+        ("dropout 64x64", "small", unary(lambda a: torch.nn.functional.dropout(a, 0.1), (64, 64),
+                                         torch.float32), 3000),
+        ("embedding 64 of 50257x64", "small", embedding, 3000),
+        ("mm 64x64 in bf16 autocast", "small", in_autocast(torch.mm, (64, 64)), 3000),
         ("matmul 8192² bf16", "large", binary(torch.matmul, (8192, 8192), torch.bfloat16), 30),
         ("add 64M fp32", "large", binary(torch.add, (64 << 20,), torch.float32), 50),
         ("softmax 8192² fp32", "large", unary(lambda a: torch.softmax(a, -1), (8192, 8192),
