@@ -197,6 +197,7 @@ def test_aot_compilation_moves_the_graph_and_names_musa_the_device(tmp_path):
     # (the device the loader picks the musa runner by) and the kernel device the runner
     # checks against its driver's. (test_aoti.py compiles and runs real packages.)
     from torch._inductor.virtualized import V
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     from torch_musa._inductor import aoti
     from torch_musa._inductor.kernel_device import KernelDeviceCompile
@@ -210,8 +211,6 @@ def test_aot_compilation_moves_the_graph_and_names_musa_the_device(tmp_path):
     def inner(gm, example_inputs, *args, **kwargs):
         seen.append((placeholder_devices(gm), [t.device.type for t in example_inputs]))
         return Compiled()
-
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     gm = torch.fx.symbolic_trace(lambda a: a + 1)
     fake = FakeTensorMode().from_tensor(torch.ones(2, device="musa"))

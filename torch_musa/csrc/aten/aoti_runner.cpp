@@ -111,11 +111,11 @@ std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
               " kernels; the musa runner runs packages of cpu kernels (compiled under the "
               "host driver) or cuda kernels (the cuda driver). Compile it again with "
               "aoti_compile_and_package under the driver that will run it.");
+  const char* compiled_by = compiled_for == "cpu" ? "host" : "cuda";  // the driver
   TORCH_CHECK(runs_on == compiled_for,
               "this musa AOTInductor package holds ", compiled_for, " kernels, but the ",
               driver().name(), " driver runs ", runs_on, " kernels: load it under the ",
-              compiled_for == "cpu" ? "host" : "cuda", " driver (TORCH_MUSA_DRIVER=",
-              compiled_for == "cpu" ? "host" : "cuda", ")");
+              compiled_by, " driver (TORCH_MUSA_DRIVER=", compiled_by, ")");
 #ifdef TORCH_MUSA_WITH_CUDA
   if (compiled_for == "cuda") {
     // musa:N is cuda:N under the cuda driver.
