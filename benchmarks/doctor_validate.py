@@ -14,6 +14,9 @@ without the session. Prints estimate, band, measured time and the error per mode
 (goal: within +-30 %), the estimate's device and host parts, the ops that dominate
 it, and GPT-2's recorded FLOPs against 6 x parameters x tokens; --json writes it all. ``--small`` shrinks every model
 so the script runs on the host driver (a smoke test; its times mean nothing).
+``--calibrate-host`` first measures this host's cost per op and per DNN-library call on two
+tiny training steps and prices the estimates' host part at those instead of the constants
+(a slower host CPU issues the same ops more slowly); both errors are printed.
 ``--native`` also times each step on native cuda, in a process without torch_musa: what
 the GPU itself takes, against which musa's own overhead shows, and how long the host
 took to issue it (with ``--profile-dir``, native's per-op host costs as well).
@@ -21,6 +24,7 @@ took to issue it (with ``--profile-dir``, native's per-op host costs as well).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -97,6 +101,67 @@ def lstm_lm(small: bool):
 MODELS = {"gpt2-small": gpt2, "resnet18": resnet18, "lstm-lm": lstm_lm}
 
 
+def _mlp_step():
+    """A tiny eager training step without library calls: 4 x (Linear 64, LayerNorm, GELU)."""
+    torch.manual_seed(0)
+    layers = [m for _ in range(4) for m in (torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.GELU())]
+    model = torch.nn.Sequential(*layers).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 64, device=DEVICE)
+
+    def step():
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def _conv_step():
+    """The same around three 16-channel 3x3 convolutions on 16x16 images, bf16 autocast."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 16, 3, padding=1)).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(4, 16, 16, 16, device=DEVICE)
+
+    def step():
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            y = model(x)
+        y.float().square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def calibrate_host(rounds: int = 5, steps: int = 50) -> tuple["roofline.HostCosts", dict]:
+    """This host's costs per op, measured on two tiny training steps (neither of the
+    validated models) whose kernels the device finishes faster than the host issues them:
+    per launching op from the MLP's issue time over its ops (a view counted at the
+    constants' view/op ratio), per DNN-library call from the convolution step's issue
+    time less its other ops at that rate."""
+    view_ratio = roofline.HOST_VIEW_S / roofline.HOST_S
+    counts, issued = {}, {}
+    for name, make in (("mlp", _mlp_step), ("conv", _conv_step)):
+        step = make()
+        for _ in range(3):
+            step()
+        with Session([os.path.dirname(os.path.abspath(__file__))], steps_from_optimizer=False) as s:
+            step()
+        calls = s.ops.steps[0]
+        lib = sum(c.kind != "view" and c.op.partition(".")[0] in roofline.LIBRARY_OPS for c in calls)
+        counts[name] = {"ops": sum(c.kind != "view" for c in calls) - lib, "library": lib,
+                        "views": sum(c.kind == "view" for c in calls)}
+        issued[name] = sorted(measure(step, steps)[1] for _ in range(rounds))[rounds // 2]
+    m, c = counts["mlp"], counts["conv"]
+    op_s = issued["mlp"] / (m["ops"] + view_ratio * m["views"])
+    library_s = (issued["conv"] - op_s * (c["ops"] + view_ratio * c["views"])) / max(c["library"], 1)
+    costs = roofline.HostCosts(op_s=op_s, view_s=op_s * view_ratio, library_s=max(library_s, op_s),
+                               source="this host, measured (doctor_validate.py --calibrate-host)")
+    return costs, {"counts": counts, "issued_s": issued, "op_us": op_s * 1e6, "library_us": library_s * 1e6,
+                   "view_us": op_s * view_ratio * 1e6}
+
+
 def measure(step, steps: int) -> tuple[float, float]:
     """Seconds per step, and the host's share: the time to issue the steps before the
     final synchronize (the whole time when the host is the bound)."""
@@ -166,13 +231,14 @@ def native_step_time(name: str, warmup: int, steps: int, profile_dir: str | None
 
 
 def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, profile_dir: str | None,
-             native: bool = False) -> dict:
+             native: bool = False, host_costs: "roofline.HostCosts | None" = None) -> dict:
     step = MODELS[name](small)
     for _ in range(warmup):
         step()
     with Session([os.path.dirname(os.path.abspath(__file__))], steps_from_optimizer=False) as s:
         step()
-    e = roofline.estimate(s.ops.steps[0], card(card_key))
+    constants = roofline.estimate(s.ops.steps[0], card(card_key))
+    e = roofline.estimate(s.ops.steps[0], card(card_key), host_costs) if host_costs else constants
     measured, issued = measure(step, steps)
     if profile_dir:
         os.makedirs(profile_dir, exist_ok=True)
@@ -182,6 +248,8 @@ def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, pro
          "high_s": e["high_s"], "device_s": e["device_s"], "host_s": e["host_s"], "measured_s": measured,
          "issued_s": issued,
          "error": e["estimate_s"] / measured - 1, "in_band": e["low_s"] <= measured <= e["high_s"],
+         "host_costs": dataclasses.asdict(host_costs or roofline.HostCosts()),
+         "constants_estimate_s": constants["estimate_s"], "constants_error": constants["estimate_s"] / measured - 1,
          "flops": e["flops"], "bytes": e["bytes"],
          "launching_ops": sum(c.kind != "view" for c in calls), "view_ops": sum(c.kind == "view" for c in calls),
          "layouts": {k: sum(c.layout == k for c in calls) for k in ("unaligned", "channels_first")},
@@ -206,6 +274,9 @@ def show(r: dict) -> None:
     for o in r["top_ops"][:8]:
         print(f"      {o['op']:<40} {o['calls']:>5} calls {o['ms']:>9.3f} ms  {o['gflop']:>9.1f} GFLOP "
               f"{o['mb']:>9.1f} MB")
+    if r["constants_estimate_s"] != r["estimate_s"]:
+        print(f"    with the constants' host costs: {r['constants_estimate_s'] * 1e3:.2f} ms "
+              f"({r['constants_error'] * 100:+.1f} %)")
     if "native_s" in r:
         print(f"    native cuda: {r['native_s'] * 1e3:.2f} ms, issued in {r['native_issued_s'] * 1e3:.2f} ms "
               f"(musa/native {r['measured_s'] / r['native_s']:.3f}; "
@@ -225,6 +296,8 @@ def main(argv=None) -> int:
     p.add_argument("--small", action="store_true", help="tiny models, for the host driver")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--profile-dir", help="also write torch.profiler tables of two steps per model here")
+    p.add_argument("--calibrate-host", action="store_true",
+                   help="price the host at this machine's costs per op, measured first (else the constants)")
     p.add_argument("--native", action="store_true",
                    help="also time each step on native cuda (a worker process without torch_musa)")
     p.add_argument("--native-worker", action="store_true", help=argparse.SUPPRESS)
@@ -245,12 +318,16 @@ def main(argv=None) -> int:
     card(a.card)        # an unknown --card stops here, naming the known ones
     print(f"GPU: {gpu}; card: {a.card} ({card(a.card).name}, {card(a.card).bandwidth_gbs:g} GB/s, "
           f"bf16 {card(a.card).tflops.get('bf16')} TFLOPS)")
-    rows = []
+    rows, host_costs, calibration = [], None, None
+    if a.calibrate_host:
+        host_costs, calibration = calibrate_host()
+        print(f"host, measured: {calibration['op_us']:.1f} us per op, {calibration['library_us']:.1f} us per "
+              f"DNN-library call, {calibration['view_us']:.1f} us per view ({calibration['counts']})")
     print(f"{'model':<12} {'estimate':>10} {'band':>21} {'measured':>10} {'error':>8}  bound")
     for name in a.models.split(","):
         if name not in MODELS:
             sys.exit(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
-        r = validate(name, a.card, a.small, a.warmup, a.steps, a.profile_dir, a.native)
+        r = validate(name, a.card, a.small, a.warmup, a.steps, a.profile_dir, a.native, host_costs)
         rows.append(r)
         bound = "host" if r["host_s"] > r["device_s"] else "device"
         band = f"{r['low_s'] * 1e3:.2f}-{r['high_s'] * 1e3:.2f}ms"
@@ -261,7 +338,8 @@ def main(argv=None) -> int:
     print(f"largest error {worst * 100:.1f} % (goal: within 30 %) on {a.card}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"gpu": gpu, "card": a.card, "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"gpu": gpu, "card": a.card, "torch": torch.__version__, "host_calibration": calibration,
+                       "rows": rows}, f, indent=1)
     return 0
 
 

@@ -62,8 +62,9 @@ fi
 
 if [[ " $STAGES " == *" doctor "* ]]; then
   # The estimate against measured steps, native CUDA's too, with both sides' per-op
-  # profiles (the host costs the doctor's model prices); DOCTOR_ARGS: e.g. "--models resnet18".
-  $PY benchmarks/doctor_validate.py --native --json "$RESULTS/doctor_validate.json" \
+  # profiles (the host costs the doctor's model prices), the host priced at this
+  # machine's measured costs; DOCTOR_ARGS: e.g. "--models resnet18".
+  $PY benchmarks/doctor_validate.py --native --calibrate-host --json "$RESULTS/doctor_validate.json" \
     --profile-dir "$RESULTS/doctor_profiles" ${DOCTOR_ARGS:-} || status=1
 fi
 

@@ -8,8 +8,9 @@ tensors read and written, and ``passes`` counts the extra sweeps some kernels ma
 over them. A 16-bit convolution on NCHW tensors also pays for transposing them to
 NHWC and back. Host<->device copies take bytes / PCIe bandwidth. Views launch
 nothing. The device's time is the sum over calls; eager PyTorch also spends host
-time on every op (HOST_S per launching op, HOST_VIEW_S per view), and the host
-runs ahead of the device, so the step takes the larger of the two sums.
+time on every op (``HostCosts``: per launching op, per view, and more per call into
+the vendor's DNN library), and the host runs ahead of the device, so the step takes
+the larger of the two sums.
 
 Each constant below says where its value comes from; "H200 bench" is
 benchmarks/results/cuda_driver.md and "GPT-2 profile" is
@@ -18,6 +19,7 @@ whose compute units and clocks are the H100's).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 from torch_musa.utils.doctor.cards import Card
@@ -40,6 +42,40 @@ MIN_KERNEL_S = 3e-6
 HOST_S = 20e-6
 # Host time per view or metadata op: the GPT-2 profile's aten::view 2.5, transpose 3.6 us.
 HOST_VIEW_S = 3e-6
+# Host time per call into the vendor's DNN library (cuDNN on the GPU, muDNN on a MUSA
+# card): it plans the call (descriptors, a search of its kernels' heuristics) before
+# launching. The H100 profiles of GPT-2 (benchmarks/results/cuda_driver_h100_gpt2_compiled_profile_{cuda,musa}.txt)
+# have cuDNN's attention at 88-139 us of CPU per call, native and musa alike.
+HOST_LIBRARY_S = 100e-6
+# The ops served by that library (by name without overload): convolutions, fused
+# attention, cuDNN's recurrent layers and batch norm.
+LIBRARY_OPS = frozenset(
+    "aten::" + n for n in (
+        "convolution", "_convolution", "convolution_backward", "convolution_overrideable",
+        "convolution_backward_overrideable", "cudnn_convolution", "cudnn_convolution_transpose",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+        "_cudnn_attention_forward", "_cudnn_attention_backward",
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_fused_attention_overrideable",
+        "_scaled_dot_product_fused_attention_overrideable_backward",
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_cudnn_rnn", "_cudnn_rnn_backward", "cudnn_batch_norm", "cudnn_batch_norm_backward"))
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCosts:
+    """The host's time per op, by kind. The defaults are the constants above; a run on a
+    real device can measure its own host's (benchmarks/doctor_validate.py --calibrate-host)."""
+    op_s: float = HOST_S
+    view_s: float = HOST_VIEW_S
+    library_s: float = HOST_LIBRARY_S
+    source: str = "constants (roofline.py)"
+
+    def of(self, op: str) -> float:
+        return self.library_s if op.partition(".")[0] in LIBRARY_OPS else self.op_s
+
+
 # Sweeps over the op's tensors beyond the one read and one write its byte count assumes,
 # from the kernels' algorithms: batch norm's training forward reads its input twice
 # (statistics, then normalisation), its backward reads grad and input twice (the two
@@ -94,9 +130,9 @@ def _peak_key(op: str, dtype: str, table: dict) -> str:
     return key if key in table else "fp32"
 
 
-def estimate(calls: list, card: Card) -> dict:
+def estimate(calls: list, card: Card, host_costs: HostCosts = HostCosts()) -> dict:
     """The estimate for one step's ``calls`` ((op, dtype, flops, bytes, kind[, layout]) tuples,
-    as ``ops.Call``) on ``card``."""
+    as ``ops.Call``) on ``card``, its host priced at ``host_costs``."""
     table, assumptions = peaks(card)
     bw = card.bandwidth_gbs * 1e9 * MEMORY_EFFICIENCY
     pcie = card.pcie_gbs * 1e9 * MEMORY_EFFICIENCY
@@ -107,7 +143,7 @@ def estimate(calls: list, card: Card) -> dict:
         op, dtype, flops, moved, kind = call[:5]
         layout = call[5] if len(call) > 5 else ""
         if kind == "view":
-            host += HOST_VIEW_S
+            host += host_costs.view_s
             continue
         if kind == "transfer":
             t, compute_bound = moved / pcie, False
@@ -124,7 +160,7 @@ def estimate(calls: list, card: Card) -> dict:
             if "channels_first" in notes:
                 t += moved * TRANSPOSE_PASSES / bw
         device += t
-        host += HOST_S
+        host += host_costs.of(op)
         flops_total += flops
         bytes_total += moved
         row = per_op[op]
@@ -143,6 +179,8 @@ def estimate(calls: list, card: Card) -> dict:
             "model": (f"per op max(FLOPs/(peak[dtype]x{COMPUTE_EFFICIENCY}; x{UNALIGNED_EFFICIENCY} for a 16-bit "
                       f"matmul with unaligned rows, the FP32 peak for a 16-bit convolution with unaligned channels), bytes x passes/(bandwidth x{MEMORY_EFFICIENCY}), "
                       f"{MIN_KERNEL_S * 1e6:g} us), plus NCHW<->NHWC transposes for 16-bit NCHW convolutions; "
-                      f"step = max(sum over ops, host time of {HOST_S * 1e6:g} us per launching op and "
-                      f"{HOST_VIEW_S * 1e6:g} us per view); band x{BAND[0]}..x{BAND[1]}"),
+                      f"step = max(sum over ops, host time of {host_costs.op_s * 1e6:.3g} us per launching op, "
+                      f"{host_costs.library_s * 1e6:.3g} us per DNN-library call and "
+                      f"{host_costs.view_s * 1e6:.3g} us per view, from {host_costs.source}); "
+                      f"band x{BAND[0]}..x{BAND[1]}"),
             "source": card.source}
