@@ -383,6 +383,7 @@ def main(argv=None) -> int:
     unknown = set(args.cases.split(",")) - set(TRAIN_CASES)
     if unknown:
         ap.error(f"unknown --cases {sorted(unknown)}: choose from {', '.join(TRAIN_CASES)}")
+    os.makedirs(args.out, exist_ok=True)  # the profiles are written before the results
     print(f"{'work':<36} {'musa µs':>12} {'cuda µs':>12} {'ratio':>7} {'rounds':>13} {'target':>7}")
     rows = [] if args.skip_ops else bench_ops(args.rounds)
     train_rounds = max(3, args.rounds - 2)

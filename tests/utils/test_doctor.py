@@ -199,18 +199,20 @@ def test_roofline_takes_the_dtypes_peak_and_the_bandwidth():
 
 def test_roofline_prices_the_host_per_kind_of_op():
     s4000 = card("s4000")
-    tiny = [("aten::relu", "float32", 0, 64, "memory"), ("aten::convolution", "bfloat16", 1000, 64, "matmul"),
+    tiny = [("aten::relu", "float32", 0, 64, "memory"), ("aten::mm", "float32", 1000, 64, "matmul"),
+            ("aten::convolution", "bfloat16", 1000, 64, "matmul"),
             ("aten::convolution_backward", "bfloat16", 2000, 64, "matmul"), ("aten::view", "float32", 0, 0, "view")]
     e = roofline.estimate(tiny, s4000)
-    assert e["host_s"] == pytest.approx(roofline.HOST_S + 2 * roofline.HOST_LIBRARY_S + roofline.HOST_VIEW_S)
-    slow = roofline.HostCosts(op_s=50e-6, view_s=7e-6, library_s=300e-6, source="a slow host")
+    assert e["host_s"] == pytest.approx(roofline.HOST_S + roofline.HOST_BLAS_S + 2 * roofline.HOST_DNN_S
+                                        + roofline.HOST_VIEW_S)
+    slow = roofline.HostCosts(op_s=50e-6, view_s=7e-6, blas_s=80e-6, dnn_s=300e-6, source="a slow host")
     e = roofline.estimate(tiny, s4000, slow)
-    assert e["host_s"] == pytest.approx(50e-6 + 2 * 300e-6 + 7e-6) and e["estimate_s"] == e["host_s"]
+    assert e["host_s"] == pytest.approx(50e-6 + 80e-6 + 2 * 300e-6 + 7e-6) and e["estimate_s"] == e["host_s"]
     assert "300 us per DNN-library call" in e["model"] and "a slow host" in e["model"]
-    # the overload does not matter; only the library's ops are priced as its calls
+    # the overload does not matter
     assert slow.of("aten::_scaled_dot_product_flash_attention_for_cpu.default") == 300e-6
-    assert slow.of("aten::mm") == slow.of("aten::add.Tensor") == 50e-6
-
+    assert slow.of("aten::mm") == slow.of("aten::addmm.default") == 80e-6
+    assert slow.of("aten::add.Tensor") == slow.of("aten::native_layer_norm") == 50e-6
 
 
 def test_roofline_prices_layouts_and_extra_passes():

@@ -9,7 +9,7 @@ over them. A 16-bit convolution on NCHW tensors also pays for transposing them t
 NHWC and back. Host<->device copies take bytes / PCIe bandwidth. Views launch
 nothing. The device's time is the sum over calls; eager PyTorch also spends host
 time on every op (``HostCosts``: per launching op, per view, and more per call into
-the vendor's DNN library), and the host runs ahead of the device, so the step takes
+the vendor's BLAS and DNN libraries), and the host runs ahead of the device, so the step takes
 the larger of the two sums.
 
 Each constant below says where its value comes from; "H200 bench" is
@@ -42,25 +42,28 @@ MIN_KERNEL_S = 3e-6
 HOST_S = 20e-6
 # Host time per view or metadata op: the GPT-2 profile's aten::view 2.5, transpose 3.6 us.
 HOST_VIEW_S = 3e-6
-# Host time per call into the vendor's DNN library (cuDNN on the GPU, muDNN on a MUSA
-# card): it plans the call (descriptors, a search of its kernels' heuristics) before
-# launching. The H100 profiles of GPT-2 (benchmarks/results/cuda_driver_h100_gpt2_compiled_profile_{cuda,musa}.txt)
-# have cuDNN's attention at 88-139 us of CPU per call, native and musa alike.
-HOST_LIBRARY_S = 100e-6
-# The ops served by that library (by name without overload): convolutions, fused
-# attention, cuDNN's recurrent layers and batch norm.
-LIBRARY_OPS = frozenset(
-    "aten::" + n for n in (
-        "convolution", "_convolution", "convolution_backward", "convolution_overrideable",
-        "convolution_backward_overrideable", "cudnn_convolution", "cudnn_convolution_transpose",
-        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
-        "_cudnn_attention_forward", "_cudnn_attention_backward",
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
-        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
-        "_scaled_dot_product_fused_attention_overrideable",
-        "_scaled_dot_product_fused_attention_overrideable_backward",
-        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
-        "_cudnn_rnn", "_cudnn_rnn_backward", "cudnn_batch_norm", "cudnn_batch_norm_backward"))
+# Host time per call into the vendor's libraries (cuBLAS and cuDNN on the GPU, muBLAS
+# and muDNN on a MUSA card), which plan a call (descriptors, heuristics) before they
+# launch it. CPU per call in the H100 profiles: GPT-2's mm 92-105 us, addmm 193 us,
+# cuDNN attention 88-139 us (benchmarks/results/cuda_driver_h100_gpt2_compiled_profile_*.txt);
+# ResNet-18's cudnn_convolution 93 us and convolution_backward 129 us natively
+# (benchmarks/results/doctor_validate_h100_run4_profiles/), where its add_ took 18 us.
+HOST_BLAS_S = 100e-6
+HOST_DNN_S = 100e-6
+# The ops those libraries serve (by name without overload).
+BLAS_OPS = frozenset("aten::" + n for n in (
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation", "mv", "addmv"))
+DNN_OPS = frozenset("aten::" + n for n in (
+    "convolution", "_convolution", "convolution_backward", "convolution_overrideable",
+    "convolution_backward_overrideable", "cudnn_convolution", "cudnn_convolution_transpose",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+    "_cudnn_attention_forward", "_cudnn_attention_backward",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_fused_attention_overrideable_backward",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_cudnn_rnn", "_cudnn_rnn_backward", "cudnn_batch_norm", "cudnn_batch_norm_backward"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +72,18 @@ class HostCosts:
     real device can measure its own host's (benchmarks/doctor_validate.py --calibrate-host)."""
     op_s: float = HOST_S
     view_s: float = HOST_VIEW_S
-    library_s: float = HOST_LIBRARY_S
+    blas_s: float = HOST_BLAS_S
+    dnn_s: float = HOST_DNN_S
     source: str = "constants (roofline.py)"
 
     def of(self, op: str) -> float:
-        return self.library_s if op.partition(".")[0] in LIBRARY_OPS else self.op_s
+        name = op.partition(".")[0]
+        return self.blas_s if name in BLAS_OPS else self.dnn_s if name in DNN_OPS else self.op_s
+
+    def describe(self) -> str:
+        return (f"{self.op_s * 1e6:.3g} us per launching op, {self.blas_s * 1e6:.3g} us per BLAS call, "
+                f"{self.dnn_s * 1e6:.3g} us per DNN-library call and {self.view_s * 1e6:.3g} us per view, "
+                f"from {self.source}")
 
 
 # Sweeps over the op's tensors beyond the one read and one write its byte count assumes,
@@ -179,8 +189,6 @@ def estimate(calls: list, card: Card, host_costs: HostCosts = HostCosts()) -> di
             "model": (f"per op max(FLOPs/(peak[dtype]x{COMPUTE_EFFICIENCY}; x{UNALIGNED_EFFICIENCY} for a 16-bit "
                       f"matmul with unaligned rows, the FP32 peak for a 16-bit convolution with unaligned channels), bytes x passes/(bandwidth x{MEMORY_EFFICIENCY}), "
                       f"{MIN_KERNEL_S * 1e6:g} us), plus NCHW<->NHWC transposes for 16-bit NCHW convolutions; "
-                      f"step = max(sum over ops, host time of {host_costs.op_s * 1e6:.3g} us per launching op, "
-                      f"{host_costs.library_s * 1e6:.3g} us per DNN-library call and "
-                      f"{host_costs.view_s * 1e6:.3g} us per view, from {host_costs.source}); "
+                      f"step = max(sum over ops, host time of {host_costs.describe()}); "
                       f"band x{BAND[0]}..x{BAND[1]}"),
             "source": card.source}
