@@ -9,6 +9,8 @@
 #   STAGES="build bench" bash scripts/gpu_run.sh
 #   STAGES="build dist" bash scripts/gpu_run.sh   # only tests/distributed
 #   STAGES="build doctor" bash scripts/gpu_run.sh # musa-doctor's estimate against the GPU
+#   STAGES="build spy" bash scripts/gpu_run.sh    # where a host-bound step's extra host time goes
+#                                                 # (py-spy: carry its wheel in .whl/)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -66,6 +68,12 @@ if [[ " $STAGES " == *" doctor "* ]]; then
   # machine's measured costs; DOCTOR_ARGS: e.g. "--models resnet18".
   $PY benchmarks/doctor_validate.py --native --calibrate-host --json "$RESULTS/doctor_validate.json" \
     --profile-dir "$RESULTS/doctor_profiles" ${DOCTOR_ARGS:-} || status=1
+fi
+
+if [[ " $STAGES " == *" spy "* ]]; then
+  # py-spy's native stacks of a host-bound step on musa and on native cuda, frame by
+  # frame; SPY_ARGS: e.g. "--case gpt2-b4x256 --seconds 30".
+  $PY benchmarks/spy_cuda_driver_step.py --out "$RESULTS" ${SPY_ARGS:-} || status=1
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
