@@ -13,6 +13,18 @@ from torch_musa.config import CONFIG
 from torch_musa.config.profiles import PROFILES
 
 
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (the folder is not a package)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (for settings read at import)."""
     full_env = {**os.environ, **(env or {})}

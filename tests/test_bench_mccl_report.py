@@ -1,15 +1,9 @@
 """benchmarks/bench_mccl.py --out: the Markdown table and the ratio chart next to the JSON."""
-import importlib.util
-import pathlib
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.conftest import load_benchmark
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_mccl", ROOT / "benchmarks" / "bench_mccl.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_mccl")
 
 
 def test_report_has_every_size_and_the_machine(tmp_path):

@@ -1,18 +1,12 @@
 """benchmarks/spy_cuda_driver_step.py: py-spy's collapsed stacks read into busy thread
 time per frame and step, and the two sides compared frame by frame."""
-import importlib.util
-import pathlib
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.conftest import load_benchmark
 
 
 def _spy():
-    spec = importlib.util.spec_from_file_location("spy_step", ROOT / "benchmarks" / "spy_cuda_driver_step.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("spy_cuda_driver_step")
 
 
 def _stacks(tmp_path, name, lines):

@@ -2,21 +2,19 @@
 
 The runner itself needs PyTorch's test/ folder (not in the wheel); see docs/DEVICE_SUITES.md.
 """
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def ds():
-    spec = importlib.util.spec_from_file_location("device_suites", ROOT / "benchmarks" / "device_suites.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("device_suites")
 
 
 def test_ids_pair_across_devices(ds):
