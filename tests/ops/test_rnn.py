@@ -2,7 +2,9 @@
 
 On musa the LSTM and GRU cells run the fused kernels (torch_musa/csrc/aten/rnn_cells.cpp),
 which sum the gates and biases in another order than the CPU's unfused cell, so
-float32 agrees to about 1e-7 rather than bit for bit; the tolerance is 1e-5.
+float32 agrees to about 1e-7 rather than bit for bit; the tolerance is 1e-5. Where the
+CPU device takes a whole layer of its own (oneDNN's float32 LSTM in training, every
+inference), musa takes the same one and agrees bit for bit.
 Dropout between layers draws the same masks as the CPU under the same seed.
 """
 from __future__ import annotations
@@ -211,6 +213,87 @@ def test_inference_is_the_cpus_layer(kind, config, mode):
             assert torch.equal(m.cpu(), c)
         else:
             torch.testing.assert_close(m.cpu(), c, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.requires_host_driver("the host driver trains a float32 LSTM with the CPU's oneDNN layer; "
+                                   "a GPU takes the cells")
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch build has no oneDNN: "
+                    "the CPU device trains with the cells too")
+@pytest.mark.parametrize("config", ["plain", "batch_first", "bidirectional", "two_layers", "no_bias", "dropout"])
+def test_float32_lstm_training_is_the_cpus_onednn_layer(config):
+    """Training a float32 LSTM, the CPU device runs oneDNN's layer (mkldnn_rnn_layer), and
+    so does musa, op for op: outputs, final states and every gradient equal the CPU's bit
+    for bit (dropout's masks included), where the fused cells agreed to ~1e-7."""
+    torch.manual_seed(0)
+    module = KINDS["lstm"](**CONFIGS[config])
+    x, states = torch.randn(SEQ, BATCH, IN), _states(module, BATCH)
+    if module.batch_first:
+        x = x.transpose(0, 1).contiguous()
+    musa = copy.deepcopy(module).to("musa")
+    results = {}
+    for device, m in (("cpu", module), ("musa", musa)):
+        xi = x.detach().to(device).requires_grad_()
+        hx = tuple(s.detach().to(device).requires_grad_() for s in states)
+        torch.manual_seed(5)
+        out, (h, c) = m(xi, hx)
+        (out.pow(2).sum() + h.sum() + 2 * c.sum()).backward()
+        results[device] = [out, h, c, xi.grad, *(s.grad for s in hx), *(p.grad for p in m.parameters())]
+        if device == "musa":
+            nodes = {fn.name() for fn in _graph_nodes(out.grad_fn)}
+            assert "MkldnnRnnLayerBackward0" in nodes, nodes
+    for c, m in zip(results["cpu"], results["musa"], strict=True):
+        assert m.device.type == "musa" and torch.equal(m.cpu(), c)
+
+
+@pytest.mark.requires_host_driver("the switch chooses between the host driver's CPU layers and the cells")
+def test_cpu_layers_switch_off_steps_the_cells_as_a_card_does():
+    """set_rnn_cpu_layers(False) (what musa-doctor records under): training and inference
+    step the fused cells, the ops a MUSA card's torch_musa runs; on again, the CPU's layers."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torch_musa.ops.registry import set_rnn_cpu_layers
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    module = KINDS["lstm"]().to("musa")
+    x = torch.randn(SEQ, BATCH, IN, device="musa")
+    seen = {}
+    for on in (False, True):
+        previous = set_rnn_cpu_layers(on)
+        try:
+            with Ops() as train:
+                module(x)[0].sum().backward()
+            with Ops() as infer, torch.no_grad():
+                module(x)
+        finally:
+            set_rnn_cpu_layers(previous)
+        seen[on] = (train.names, infer.names)
+    assert previous is True  # on by default
+    cells, layers = seen[False], seen[True]
+    assert {"_thnn_fused_lstm_cell.default", "_thnn_fused_lstm_cell_backward_impl.default"} <= cells[0]
+    assert "_thnn_fused_lstm_cell.default" in cells[1]
+    assert not any("mkldnn" in n for n in cells[0] | cells[1])
+    if torch.backends.mkldnn.is_available():
+        assert "mkldnn_rnn_layer.default" in layers[0] and "_thnn_fused_lstm_cell.default" not in layers[0]
+    assert "_thnn_fused_lstm_cell.default" not in layers[1]  # inference: the CPU's whole layer
+
+
+def _graph_nodes(fn):
+    seen, todo = [], [fn]
+    while todo:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.append(f)
+        todo.extend(nxt for nxt, _ in f.next_functions)
+    return seen
 
 
 @CPU_MASKS

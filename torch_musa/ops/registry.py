@@ -71,5 +71,13 @@ def set_double_cast(enabled: bool | None) -> None:
     _C._set_double_cast(CONFIG.double_cast if enabled is None else bool(enabled))
 
 
+def set_rnn_cpu_layers(enabled: bool) -> bool:
+    """Let nn.LSTM/GRU on the host driver take the CPU device's whole-layer kernels where
+    the CPU device does (inference; oneDNN's float32 LSTM in training): the CPU's bits,
+    and faster. Off, every step runs the fused cells, as a MUSA card does (musa-doctor
+    records that way). Returns the previous setting."""
+    return _C._set_rnn_cpu_layers(bool(enabled))
+
+
 def set_fallback_mode(mode: str) -> None:
     _C._set_fallback_mode(_FALLBACK_MODES[mode])

@@ -6,6 +6,7 @@
 #include "core/MUSAGenerator.h"
 #include "aten/kernel_alias.h"
 #include "aten/kernel_call.h"
+#include "aten/rnn_layers.h"
 #include "utils/nan_check.h"
 #include "core/Device.h"
 #include "core/MUSAStream.h"
@@ -178,6 +179,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_host_memory_stats", &host_memory_stats);
   m.def("_reset_host_memory_stats", &reset_host_memory_stats);
+  m.def("_set_rnn_cpu_layers", &set_rnn_cpu_layers);
   m.def("_set_sync_debug_mode", &set_sync_debug_mode);
   m.def("_get_sync_debug_mode", &sync_debug_mode);
   m.def("_set_fallback_mode", [](int mode) {

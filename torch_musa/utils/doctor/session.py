@@ -11,6 +11,7 @@ from tqdm import tqdm
 import torch_musa.ops
 from torch_musa import _driver
 from torch_musa.config import CONFIG
+from torch_musa.ops.registry import set_rnn_cpu_layers
 from torch_musa.utils.doctor.cuda_isms import CudaApiRecorder
 from torch_musa.utils.doctor.frames import UserCode
 from torch_musa.utils.doctor.memory import MemoryRecorder
@@ -60,6 +61,9 @@ class Session:
 
     def __enter__(self):
         torch_musa.ops.reset_fallback_stats()
+        # The ops a card runs: its torch_musa steps recurrent layers with the fused cells,
+        # where the host driver would take the CPU device's whole layer.
+        self._rnn_cpu_layers = set_rnn_cpu_layers(False)
         self._started = time.perf_counter()
         self.memory.__enter__()
         self.syncs.__enter__()
@@ -90,6 +94,7 @@ class Session:
         if self.ops.steps[-1] or not self.memory.per_step:
             self.memory.close_step()        # the unfinished step (or the whole run, without steps)
         self.memory.__exit__(None, None, None)
+        set_rnn_cpu_layers(self._rnn_cpu_layers)
         self._bar.close()
         self.elapsed = time.perf_counter() - self._started
         return False
