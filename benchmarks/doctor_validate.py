@@ -17,6 +17,8 @@ so the script runs on the host driver (a smoke test; its times mean nothing).
 ``--calibrate-host`` first measures this host's cost per op and per DNN-library call on two
 tiny training steps and prices the estimates' host part at those instead of the constants
 (a slower host CPU issues the same ops more slowly); both errors are printed.
+``--reprice RESULTS.json`` prices a saved run's rows again under today's host model,
+without a device.
 ``--native`` also times each step on native cuda, in a process without torch_musa: what
 the GPU itself takes, against which musa's own overhead shows, and how long the host
 took to issue it (with ``--profile-dir``, native's per-op host costs as well).
@@ -137,11 +139,8 @@ def _conv_step():
 
 def calibrate_host(rounds: int = 5, steps: int = 50) -> tuple["roofline.HostCosts", dict]:
     """This host's costs per op, measured on two tiny training steps (neither of the
-    validated models) whose kernels the device finishes faster than the host issues them:
-    per launching op, BLAS calls included, the MLP's issue time over its ops (a view
-    counted at the constants' view/op ratio); per DNN-library call, what the convolution
-    step's convolutions take beyond that rate (at least the rate)."""
-    view_ratio = roofline.HOST_VIEW_S / roofline.HOST_S
+    validated models) whose kernels the device finishes faster than the host issues them
+    (the rule: :func:`host_costs_from`)."""
     counts, issued = {}, {}
     for name, make in (("mlp", _mlp_step), ("conv", _conv_step)):
         step = make()
@@ -154,7 +153,21 @@ def calibrate_host(rounds: int = 5, steps: int = 50) -> tuple["roofline.HostCost
                         "convolutions": sum(c.kind != "view" and c.op.startswith("aten::convolution")
                                             for c in calls)}
         issued[name] = sorted(measure(step, steps)[1] for _ in range(rounds))[rounds // 2]
-    m, c = counts["mlp"], counts["conv"]
+    return host_costs_from(counts, issued)
+
+
+def host_costs_from(counts: dict, issued: dict) -> tuple["roofline.HostCosts", dict]:
+    """Per launching op, BLAS calls included: the MLP's issue time over its ops (a view
+    counted at the constants' view/op ratio); per DNN-library call: what the convolution
+    step's convolutions take beyond that rate (at least the rate). ``counts`` as
+    :func:`calibrate_host` takes them; the first runs' JSON (2026-12-06, runs 4 and 5)
+    counted a step's library calls apart from its other ops, which is read too."""
+    def norm(c: dict, conv: bool) -> dict:
+        if "convolutions" in c:
+            return c
+        return {"ops": c["ops"] + c["library"], "views": c["views"], "convolutions": c["library"] if conv else 0}
+    m, c = norm(counts["mlp"], False), norm(counts["conv"], True)
+    view_ratio = roofline.HOST_VIEW_S / roofline.HOST_S
     op_s = issued["mlp"] / (m["ops"] + view_ratio * m["views"])
     beyond = issued["conv"] - op_s * (c["ops"] + view_ratio * c["views"])
     dnn_s = op_s + beyond / max(c["convolutions"], 1)
@@ -162,6 +175,35 @@ def calibrate_host(rounds: int = 5, steps: int = 50) -> tuple["roofline.HostCost
                                source="this host, measured (doctor_validate.py --calibrate-host)")
     return costs, {"counts": counts, "issued_s": issued, "op_us": op_s * 1e6, "dnn_us": dnn_s * 1e6,
                    "view_us": op_s * view_ratio * 1e6}
+
+
+def reprice(path: str) -> list[dict]:
+    """A saved run's rows priced again under today's host model: its device part and op
+    counts as recorded, the host at its own calibration (if it has one) and at the
+    constants. Counts of BLAS and DNN-library calls come from the row's ``host_classes``,
+    or, in runs saved before it, from its ``top_ops`` (the twelve costliest ops)."""
+    with open(path) as f:
+        run = json.load(f)
+    measured_costs = host_costs_from(run["host_calibration"]["counts"],
+                                     run["host_calibration"]["issued_s"])[0] if run.get("host_calibration") else None
+    rows = []
+    for r in run["rows"]:
+        if "host_classes" in r:
+            blas, dnn = r["host_classes"]["blas"], r["host_classes"]["dnn"]
+        else:
+            blas = sum(o["calls"] for o in r["top_ops"] if o["op"].partition(".")[0] in roofline.BLAS_OPS)
+            dnn = sum(o["calls"] for o in r["top_ops"] if o["op"].partition(".")[0] in roofline.DNN_OPS)
+        other = r["launching_ops"] - blas - dnn
+        row = {"model": r["model"], "measured_s": r["measured_s"], "device_s": r["device_s"],
+               "blas": blas, "dnn": dnn, "other": other, "views": r["view_ops"]}
+        for name, hc in (("calibrated", measured_costs), ("constants", roofline.HostCosts())):
+            if hc is None:
+                continue
+            host = other * hc.op_s + blas * hc.blas_s + dnn * hc.dnn_s + r["view_ops"] * hc.view_s
+            estimate = max(r["device_s"], host)
+            row[name] = {"host_s": host, "estimate_s": estimate, "error": estimate / r["measured_s"] - 1}
+        rows.append(row)
+    return rows
 
 
 def measure(step, steps: int) -> tuple[float, float]:
@@ -306,7 +348,18 @@ def main(argv=None) -> int:
     p.add_argument("--native", action="store_true",
                    help="also time each step on native cuda (a worker process without torch_musa)")
     p.add_argument("--native-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--reprice", metavar="RESULTS_JSON",
+                   help="price a saved run's rows again under today's host model (no device needed)")
     a = p.parse_args(argv)
+    if a.reprice:
+        print(f"{'model':<12} {'blas':>5} {'dnn':>4} {'other':>6} {'views':>6} {'measured':>10}  "
+              f"{'calibrated':>22}  {'constants':>22}")
+        for r in reprice(a.reprice):
+            cells = [f"{r[k]['estimate_s'] * 1e3:>9.2f}ms {r[k]['error'] * 100:>+7.1f}%" if k in r else "—"
+                     for k in ("calibrated", "constants")]
+            print(f"{r['model']:<12} {r['blas']:>5} {r['dnn']:>4} {r['other']:>6} {r['views']:>6} "
+                  f"{r['measured_s'] * 1e3:>8.2f}ms  {cells[0]:>22}  {cells[1]:>22}")
+        return 0
     if a.native_worker:
         step = MODELS[a.models](a.small)
         for _ in range(a.warmup):

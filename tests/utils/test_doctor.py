@@ -395,3 +395,48 @@ def test_importing_the_doctor_leaves_cuda_compat_off(subpython):
     """, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["False", "torch.cuda"]
+
+
+# ---- benchmarks/doctor_validate.py's host calibration and re-pricing (no device needed) ----
+
+def test_host_costs_from_calibration_timings():
+    from tests.conftest import load_benchmark
+
+    dv = load_benchmark("doctor_validate")
+    counts = {"mlp": {"ops": 40, "views": 20, "convolutions": 0},
+              "conv": {"ops": 30, "views": 20, "convolutions": 6}}
+    per_op = 50e-6
+    view = per_op * roofline.HOST_VIEW_S / roofline.HOST_S
+    # convolutions 100 us dearer than the other ops
+    issued = {"mlp": 40 * per_op + 20 * view, "conv": 30 * per_op + 20 * view + 6 * 100e-6}
+    costs, info = dv.host_costs_from(counts, issued)
+    assert costs.op_s == pytest.approx(per_op) and costs.blas_s == costs.op_s
+    assert costs.view_s == pytest.approx(view) and costs.dnn_s == pytest.approx(per_op + 100e-6)
+    # cheaper convolutions are never priced below another op; the first runs' counts read alike
+    old = {"mlp": {"ops": 30, "library": 10, "views": 20}, "conv": {"ops": 24, "library": 6, "views": 20}}
+    cheap = dv.host_costs_from(old, {"mlp": issued["mlp"], "conv": 30 * per_op * 0.5})[0]
+    assert cheap.op_s == pytest.approx(per_op) and cheap.dnn_s == cheap.op_s
+
+
+def test_reprice_prices_a_saved_run_again(tmp_path):
+    import json
+
+    from tests.conftest import load_benchmark
+
+    dv = load_benchmark("doctor_validate")
+    counts = {"mlp": {"ops": 40, "views": 0, "convolutions": 0}, "conv": {"ops": 30, "views": 0, "convolutions": 6}}
+    run = {"host_calibration": {"counts": counts, "issued_s": {"mlp": 40 * 30e-6, "conv": 30 * 30e-6}},
+           "rows": [{"model": "m", "measured_s": 0.01, "device_s": 0.002, "launching_ops": 100, "view_ops": 50,
+                     "host_classes": {"blas": 10, "dnn": 5}, "top_ops": []},
+                    {"model": "old", "measured_s": 0.01, "device_s": 0.05, "launching_ops": 10, "view_ops": 0,
+                     "top_ops": [{"op": "aten::mm", "calls": 4}, {"op": "aten::convolution", "calls": 2}]}]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    new, old = dv.reprice(str(path))
+    view = 30e-6 * roofline.HOST_VIEW_S / roofline.HOST_S
+    assert new["calibrated"]["host_s"] == pytest.approx(100 * 30e-6 + 50 * view)
+    assert new["constants"]["host_s"] == pytest.approx(85 * roofline.HOST_S + 10 * roofline.HOST_BLAS_S
+                                                       + 5 * roofline.HOST_DNN_S + 50 * roofline.HOST_VIEW_S)
+    assert new["calibrated"]["error"] == pytest.approx(new["calibrated"]["host_s"] / 0.01 - 1)
+    assert (old["blas"], old["dnn"], old["other"]) == (4, 2, 4)
+    assert old["constants"]["estimate_s"] == 0.05          # device-bound: the device part stands
