@@ -517,8 +517,9 @@ bool lstm_projections(at::TensorList hx) {
 // slower than oneDNN's fused steps. musa takes the same branch (bfloat16, which the CPU
 // sends there only on CPUs with bfloat16 instructions, keeps the cells).
 bool onednn_trains(const Tensor& input, at::TensorList hx, bool proj) {
-  return cpu_layers() && !proj && at::globalContext().userEnabledMkldnn() && input.scalar_type() == at::kFloat &&
-         input.numel() != 0 && !hx[0].unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+  return cpu_layers() && !proj && at::globalContext().userEnabledMkldnn() &&
+         input.scalar_type() == at::kFloat && input.numel() != 0 &&
+         !hx[0].unsafeGetTensorImpl()->has_symbolic_sizes_strides();
 }
 
 // The CPU device's oneDNN stack (onednn_rnn in PyTorch's mkldnn/RNN.cpp), call for call
@@ -534,8 +535,9 @@ std::tuple<Tensor, Tensor, Tensor> onednn_lstm(const Tensor& input_, at::TensorL
   const int64_t hidden_size = h0.size(2);
   const size_t stride = has_biases ? 4 : 2;
   const int64_t dirs = bidirectional ? 2 : 1;
-  TORCH_CHECK(params.size() == stride * num_layers * dirs, "got an incorrect number of RNN parameters: ",
-              params.size(), " for ", num_layers, " layer(s) and ", dirs, " direction(s)");
+  TORCH_CHECK(params.size() == stride * num_layers * dirs,
+              "got an incorrect number of RNN parameters: ", params.size(), " for ", num_layers,
+              " layer(s) and ", dirs, " direction(s)");
   Tensor layer_input = input;
   std::vector<Tensor> hy(num_layers * dirs), cy(num_layers * dirs), outputs(dirs);
   for (int64_t layer = 0; layer < num_layers; ++layer) {
