@@ -148,16 +148,22 @@ def test_real_torch_musa_loader_and_clear_errors(packages):
     assert str(err.value) == MUSA_SO_UNSUPPORTED
 
 
-def test_cpp_wrapper_compile_runs_the_kernel_devices_wrapper():
+def _compiled_with_cpp_wrapper(model, x):
+    """``model`` compiled with ``cpp_wrapper=True`` and run on ``x``: its outputs and
+    the generated code (a fresh dynamo cache around it)."""
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
-    model, x = _model_and_input()
     try:
         with torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad():
-            musa, code = run_and_get_code(torch.compile(model.to("musa")), x.to("musa"))
+            return run_and_get_code(torch.compile(model), x)
     finally:
         torch._dynamo.reset()
+
+
+def test_cpp_wrapper_compile_runs_the_kernel_devices_wrapper():
+    model, x = _model_and_input()
+    musa, code = _compiled_with_cpp_wrapper(model.to("musa"), x.to("musa"))
     assert any(f"cpp_wrapper/{KIND}.h" in c for c in code)  # the kernel device's C++ wrapper
     with torch.no_grad():
         eager = model(x.to("musa"))
@@ -168,17 +174,9 @@ def test_cpp_wrapper_compile_runs_the_kernel_devices_wrapper():
 
 @CPU_BITS
 def test_cpp_wrapper_compile_is_the_cpu_one():
-    from torch._inductor.utils import run_and_get_code
-
-    torch._dynamo.reset()
     model, x = _model_and_input()
-    try:
-        with torch._inductor.config.patch(cpp_wrapper=True), torch.no_grad():
-            musa, code = run_and_get_code(torch.compile(model.to("musa")), x.to("musa"))
-            torch._dynamo.reset()
-            cpu = torch.compile(model.cpu())(x)
-    finally:
-        torch._dynamo.reset()
+    musa, code = _compiled_with_cpp_wrapper(model.to("musa"), x.to("musa"))
+    cpu, _ = _compiled_with_cpp_wrapper(model.cpu(), x)
     assert any("cpp_wrapper/cpu.h" in c for c in code)  # the C++ wrapper, the CPU's
     for m, c in zip(musa, cpu):
         assert m.device == torch.device("musa", 0)
