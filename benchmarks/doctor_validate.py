@@ -144,11 +144,7 @@ def calibrate_host(rounds: int = 5, steps: int = 50) -> tuple["roofline.HostCost
     counts, issued = {}, {}
     for name, make in (("mlp", _mlp_step), ("conv", _conv_step)):
         step = make()
-        for _ in range(3):
-            step()
-        with Session([os.path.dirname(os.path.abspath(__file__))], steps_from_optimizer=False) as s:
-            step()
-        calls = s.ops.steps[0]
+        calls = recorded_step(step, warmup=3)
         counts[name] = {"ops": sum(c.kind != "view" for c in calls), "views": sum(c.kind == "view" for c in calls),
                         "convolutions": sum(c.kind != "view" and c.op.startswith("aten::convolution")
                                             for c in calls)}
@@ -204,6 +200,16 @@ def reprice(path: str) -> list[dict]:
             row[name] = {"host_s": host, "estimate_s": estimate, "error": estimate / r["measured_s"] - 1}
         rows.append(row)
     return rows
+
+
+def recorded_step(step, warmup: int) -> list:
+    """The op calls of one ``step`` after ``warmup`` unrecorded ones, as musa-doctor's
+    session records them."""
+    for _ in range(warmup):
+        step()
+    with Session([os.path.dirname(os.path.abspath(__file__))], steps_from_optimizer=False) as s:
+        step()
+    return s.ops.steps[0]
 
 
 def measure(step, steps: int) -> tuple[float, float]:
@@ -277,17 +283,13 @@ def native_step_time(name: str, warmup: int, steps: int, profile_dir: str | None
 def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, profile_dir: str | None,
              native: bool = False, host_costs: "roofline.HostCosts | None" = None) -> dict:
     step = MODELS[name](small)
-    for _ in range(warmup):
-        step()
-    with Session([os.path.dirname(os.path.abspath(__file__))], steps_from_optimizer=False) as s:
-        step()
-    constants = roofline.estimate(s.ops.steps[0], card(card_key))
-    e = roofline.estimate(s.ops.steps[0], card(card_key), host_costs) if host_costs else constants
+    calls = recorded_step(step, warmup)
+    constants = roofline.estimate(calls, card(card_key))
+    e = roofline.estimate(calls, card(card_key), host_costs) if host_costs else constants
     measured, issued = measure(step, steps)
     if profile_dir:
         os.makedirs(profile_dir, exist_ok=True)
         profile_table(step, os.path.join(profile_dir, f"doctor_validate_{name}_profile.txt"))
-    calls = s.ops.steps[0]
     r = {"model": name, "card": card_key, "estimate_s": e["estimate_s"], "low_s": e["low_s"],
          "high_s": e["high_s"], "device_s": e["device_s"], "host_s": e["host_s"], "measured_s": measured,
          "issued_s": issued,

@@ -89,8 +89,7 @@ _ADDRESS = re.compile(r"^0x[0-9a-f]+ ")
 _THREAD = re.compile(r"^thread \(\d+\)")
 # Leaf frames of a thread that waits (for work, a lock, the device): not host work.
 _WAITS = ("pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "__futex", "futex_",
-          "sem_wait", "sem_timedwait", "epoll_wait", "poll ", "nanosleep", "ReadyQueue::pop",
-          "condition_variable::wait")
+          "sem_wait", "sem_timedwait", "epoll_wait", "poll ", "nanosleep", "condition_variable::wait")
 
 
 def _frame_key(frame: str) -> str:
@@ -111,6 +110,7 @@ def frames_per_step(path: str, steps: int) -> tuple[dict, float]:
         n = int(count)
         if any(f.startswith("<module>") for f in frames) and not any("_sampled_steps" in f for f in frames):
             continue  # the main thread outside the timed loop (imports, warm-up)
+        # a thread that waits, or autograd's device thread idle between backwards
         if any(w in frames[-1] for w in _WAITS) or any("ReadyQueue::pop" in f for f in frames):
             continue
         total += n
