@@ -38,10 +38,12 @@ TARGETS = {"small": 1.3, "large": 1.05, "graph": 1.1, "train": 1.02, "train_comp
 #: The training cases (issue 37): GPT-2 small as users train it, the same model at a batch
 #: small enough for the host to be the bound, and a 2-layer model there. Each runs eager
 #: and under torch.compile; a host-bound case has one target for both.
+#: ``steps`` per round: a host-bound round of 8 steps lasted 0.1-0.4 s on the lent H100s,
+#: where single rounds strayed by a third from their median (0.86-1.41).
 TRAIN_CASES = {
-    "gpt2": {"batch": 16, "seq": 1024, "n_layer": 12, "host_bound": False},
-    "gpt2-b4x256": {"batch": 4, "seq": 256, "n_layer": 12, "host_bound": True},
-    "gpt2-2layer-b4x256": {"batch": 4, "seq": 256, "n_layer": 2, "host_bound": True},
+    "gpt2": {"batch": 16, "seq": 1024, "n_layer": 12, "host_bound": False, "steps": 8},
+    "gpt2-b4x256": {"batch": 4, "seq": 256, "n_layer": 12, "host_bound": True, "steps": 16},
+    "gpt2-2layer-b4x256": {"batch": 4, "seq": 256, "n_layer": 2, "host_bound": True, "steps": 32},
 }
 
 
@@ -201,12 +203,17 @@ def gpt2_step(device: str, batch: int, seq: int, compiled: bool = False, **confi
                       generator=torch.Generator().manual_seed(1)).to(device)
     forward = torch.compile(model) if compiled else model
 
-    def step():
+    def step(mark=None):
+        """``mark(phase)`` after each phase (benchmarks/step_phases.py times them)."""
         with torch.autocast(device, dtype=torch.bfloat16):
             loss = forward(input_ids=x, labels=x).loss
+        mark and mark("forward")
         loss.backward()
+        mark and mark("backward")
         opt.step()
+        mark and mark("optimizer")
         opt.zero_grad(set_to_none=True)
+        mark and mark("zero_grad")
         return loss
 
     return step
@@ -257,10 +264,11 @@ def cuda_worker(batch: int, seq: int, n_layer: int, steps: int, compiled: bool) 
     return 0
 
 
-def bench_gpt2(rounds: int, steps: int, case: str, profile_dir: str | None = None,
+def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | None = None,
                compiled: bool = False) -> dict:
     cfg = TRAIN_CASES[case]
     batch, seq, n_layer = cfg["batch"], cfg["seq"], cfg["n_layer"]
+    steps = steps or cfg["steps"]
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     worker = subprocess.Popen(
         [sys.executable, __file__, "--cuda-worker", "--batch", str(batch), "--seq", str(seq),
@@ -278,11 +286,24 @@ def bench_gpt2(rounds: int, steps: int, case: str, profile_dir: str | None = Non
         losses["musa"].append(musa_step().item())
         losses["cuda"].append(ask("warmup"))
     times, issue = {"musa": [], "cuda": []}, {"musa": [], "cuda": []}
-    for _ in range(rounds):
+
+    def musa_round():
         times["musa"].append(time_loop(musa_step, "musa", steps, issue["musa"]))
+
+    def cuda_round():
         wall, issued = ask("round", json.loads)
         times["cuda"].append(wall)
         issue["cuda"].append(issued)
+
+    # One untimed round each (the GPU's clocks, lazily built workspaces), then rounds in
+    # alternating order, so that neither side always starts after the other's idle gap.
+    musa_round()
+    cuda_round()
+    for kept in (*times.values(), *issue.values()):
+        kept.clear()
+    for i in range(rounds):
+        for run in ((musa_round, cuda_round) if i % 2 == 0 else (cuda_round, musa_round)):
+            run()
     if profile_dir:
         name = case.replace("-", "_") + ("_compiled" if compiled else "")
         for side, prof in (("musa", lambda p: profile_step(musa_step, "musa", steps, p)),
@@ -297,6 +318,7 @@ def bench_gpt2(rounds: int, steps: int, case: str, profile_dir: str | None = Non
     label = f"GPT-2 small{layers} step{' compiled' if compiled else ''} b{batch}x{seq} bf16"
     row = summarise(label, kind, times, issue)
     row["case"] = case
+    row["steps_per_round"] = steps
     row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
     row["warmup_losses"] = losses
     print_row(row)
@@ -358,7 +380,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, help="steps per training round (default: the case's)")
     ap.add_argument("--cases", default=",".join(TRAIN_CASES),
                     help=f"training cases, comma-separated, of {', '.join(TRAIN_CASES)}")
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)  # the worker's

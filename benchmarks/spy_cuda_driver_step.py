@@ -108,8 +108,8 @@ def frames_per_step(path: str, steps: int) -> tuple[dict, float]:
         stack, _, count = line.rstrip().rpartition(" ")
         frames = stack.split(";")
         n = int(count)
-        if any(f.startswith("<module>") for f in frames) and not any("_sampled_steps" in f for f in frames):
-            continue  # the main thread outside the timed loop (imports, warm-up)
+        if frames[0].endswith(": MainThread") and not any("_sampled_steps" in f for f in frames):
+            continue  # the main thread outside the timed loop (imports, warm-up, shutdown)
         # a thread that waits, or autograd's device thread idle between backwards
         if any(w in frames[-1] for w in _WAITS) or any("ReadyQueue::pop" in f for f in frames):
             continue

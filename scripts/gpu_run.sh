@@ -11,6 +11,7 @@
 #   STAGES="build doctor" bash scripts/gpu_run.sh # musa-doctor's estimate against the GPU
 #   STAGES="build spy" bash scripts/gpu_run.sh    # where a host-bound step's extra host time goes
 #                                                 # (py-spy: carry its wheel in .whl/)
+#   STAGES="build phases" bash scripts/gpu_run.sh # the same step's host time per phase
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -74,6 +75,12 @@ if [[ " $STAGES " == *" spy "* ]]; then
   # py-spy's native stacks of a host-bound step on musa and on native cuda, frame by
   # frame; SPY_ARGS: e.g. "--case gpt2-b4x256 --seconds 30".
   $PY benchmarks/spy_cuda_driver_step.py --out "$RESULTS" ${SPY_ARGS:-} || status=1
+fi
+
+if [[ " $STAGES " == *" phases "* ]]; then
+  # A host-bound step's host issue time per phase (forward, backward, optimizer) on musa
+  # and native cuda; PHASES_ARGS: e.g. "--case gpt2-b4x256".
+  $PY benchmarks/step_phases.py --out "$RESULTS" ${PHASES_ARGS:-} || status=1
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then

@@ -1,0 +1,121 @@
+"""A training step's host issue time phase by phase (forward, backward, optimizer,
+zero_grad), on two devices side by side: where musa's extra host time per step lies.
+
+Each step starts on an idle queue (the device is drained after every step), so a phase's
+time is the host's time to issue it, not a wait for the device. The step is
+bench_cuda_driver.py's GPT-2 step; each device runs in its own process (native cuda
+without torch_musa, as that benchmark's worker).
+
+    TORCH_MUSA_DRIVER=cuda python benchmarks/step_phases.py --out DIR   # musa against cuda
+    python benchmarks/step_phases.py --devices musa,cpu --small --out DIR  # the host driver
+
+Writes DIR/step_phases.json and DIR/step_phases.md: per phase the median over
+``--steps`` steps on each side, the ratio and the difference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PHASES = ("forward", "backward", "optimizer", "zero_grad", "step")
+#: --small: a GPT-2 a host CPU trains in milliseconds (smoke tests, the host driver).
+SMALL = {"batch": 2, "seq": 64, "n_layer": 2, "config": {"n_embd": 64, "n_head": 4, "vocab_size": 512}}
+
+
+def worker(device: str, case: str, steps: int, small: bool) -> int:
+    """Prints one JSON line: each phase's median microseconds over ``steps`` steps."""
+    if device != "musa":
+        sys.modules["torch_musa"] = None  # native: no PrivateUse1 backend in this process
+    import torch
+
+    sys.path.insert(0, HERE)
+    from bench_cuda_driver import TRAIN_CASES, gpt2_step
+
+    cfg = SMALL if small else {**TRAIN_CASES[case], "config": {}}
+    step = gpt2_step(device, cfg["batch"], cfg["seq"], n_layer=cfg["n_layer"], **cfg["config"])
+    module = getattr(torch, device, None)
+    sync = module.synchronize if device != "cpu" and hasattr(module, "synchronize") else (lambda: None)
+    times = {p: [] for p in PHASES}
+    marks = []
+
+    def mark(phase):
+        marks.append((phase, time.perf_counter()))
+
+    for i in range(10 + steps):  # the first ten warm up (allocator, kernel choice)
+        sync()
+        marks.clear()
+        mark("start")
+        step(mark)
+        if i >= 10:
+            for (_, t0), (phase, t1) in zip(marks, marks[1:]):
+                times[phase].append((t1 - t0) * 1e6)
+            times["step"].append((marks[-1][1] - marks[0][1]) * 1e6)
+    sync()
+    print(json.dumps({p: statistics.median(v) for p, v in times.items()}), flush=True)
+    return 0
+
+
+def measure(device: str, case: str, steps: int, small: bool) -> dict:
+    env = dict(os.environ)
+    if device != "musa":
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", device, "--case", case,
+           "--steps", str(steps)] + (["--small"] if small else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        raise SystemExit(f"the {device} worker failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def compare(sides: dict, devices: list[str]) -> list[dict]:
+    a, b = devices
+    return [{"phase": p, f"{a}_us": sides[a][p], f"{b}_us": sides[b][p],
+             "ratio": sides[a][p] / sides[b][p], "diff_us": sides[a][p] - sides[b][p]} for p in PHASES]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--case", default="gpt2-2layer-b4x256", help="a bench_cuda_driver.py training case")
+    ap.add_argument("--devices", default="musa,cuda", help="two devices, the first against the second")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--small", action="store_true", help="a tiny GPT-2 instead of the case's")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, args.case, args.steps, args.small)
+    devices = args.devices.split(",")
+    if len(devices) != 2:
+        ap.error("--devices takes two devices, e.g. musa,cuda")
+    sides = {}
+    for d in devices:
+        print(f"{d}: {args.steps} steps ...", flush=True)
+        sides[d] = measure(d, args.case, args.steps, args.small)
+    rows = compare(sides, devices)
+    a, b = devices
+    name = "small GPT-2" if args.small else args.case
+    lines = [f"# {name}: host issue time per phase, {a} against {b}", "",
+             f"Medians of {args.steps} steps, each started on an idle queue (`benchmarks/step_phases.py`).", "",
+             f"| phase | {a} µs | {b} µs | {a}/{b} | {a} − {b} µs |", "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['phase']} | {r[f'{a}_us']:.0f} | {r[f'{b}_us']:.0f} | {r['ratio']:.3f} | "
+                     f"{r['diff_us']:+.0f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "step_phases.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "step_phases.json"), "w") as f:
+        json.dump({"case": name, "devices": devices, "steps": args.steps, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
