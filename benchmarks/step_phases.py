@@ -29,7 +29,8 @@ SMALL = {"batch": 2, "seq": 64, "n_layer": 2, "config": {"n_embd": 64, "n_head":
 
 
 def worker(device: str, case: str, steps: int, small: bool) -> int:
-    """Prints one JSON line: each phase's median microseconds over ``steps`` steps."""
+    """Prints one JSON line: each phase's median and mean microseconds over ``steps`` steps
+    (the means add up to the step's, the medians need not)."""
     if device != "musa":
         sys.modules["torch_musa"] = None  # native: no PrivateUse1 backend in this process
     import torch
@@ -57,7 +58,8 @@ def worker(device: str, case: str, steps: int, small: bool) -> int:
                 times[phase].append((t1 - t0) * 1e6)
             times["step"].append((marks[-1][1] - marks[0][1]) * 1e6)
     sync()
-    print(json.dumps({p: statistics.median(v) for p, v in times.items()}), flush=True)
+    print(json.dumps({"median": {p: statistics.median(v) for p, v in times.items()},
+                      "mean": {p: statistics.fmean(v) for p, v in times.items()}}), flush=True)
     return 0
 
 
@@ -75,9 +77,11 @@ def measure(device: str, case: str, steps: int, small: bool) -> dict:
 
 
 def compare(sides: dict, devices: list[str]) -> list[dict]:
+    """Per phase the medians of both sides, their ratio and difference, and the means."""
     a, b = devices
-    return [{"phase": p, f"{a}_us": sides[a][p], f"{b}_us": sides[b][p],
-             "ratio": sides[a][p] / sides[b][p], "diff_us": sides[a][p] - sides[b][p]} for p in PHASES]
+    ma, mb = sides[a]["median"], sides[b]["median"]
+    return [{"phase": p, f"{a}_us": ma[p], f"{b}_us": mb[p], "ratio": ma[p] / mb[p], "diff_us": ma[p] - mb[p],
+             f"{a}_mean_us": sides[a]["mean"][p], f"{b}_mean_us": sides[b]["mean"][p]} for p in PHASES]
 
 
 def main(argv=None) -> int:
