@@ -2,14 +2,17 @@
 zero_grad), on two devices side by side: where musa's extra host time per step lies.
 
 Each step starts on an idle queue (the device is drained after every step), so a phase's
-time is the host's time to issue it, not a wait for the device. The step is
+time is the host's time to issue it, not a wait for the device; ``--back-to-back`` drains
+only before the first step, as a training loop runs (a phase then includes any wait for
+the device's queue). The step is
 bench_cuda_driver.py's GPT-2 step; each device runs in its own process (native cuda
 without torch_musa, as that benchmark's worker).
 
     TORCH_MUSA_DRIVER=cuda python benchmarks/step_phases.py --out DIR   # musa against cuda
     python benchmarks/step_phases.py --devices musa,cpu --small --out DIR  # the host driver
 
-Writes DIR/step_phases.json and DIR/step_phases.md: per phase the median over
+Writes DIR/step_phases.json and DIR/step_phases.md (``step_phases_back_to_back.*``
+with ``--back-to-back``): per phase the median over
 ``--steps`` steps on each side, the ratio and the difference.
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ PHASES = ("forward", "backward", "optimizer", "zero_grad", "step")
 SMALL = {"batch": 2, "seq": 64, "n_layer": 2, "config": {"n_embd": 64, "n_head": 4, "vocab_size": 512}}
 
 
-def worker(device: str, case: str, steps: int, small: bool) -> int:
+def worker(device: str, case: str, steps: int, small: bool, back_to_back: bool = False) -> int:
     """Prints one JSON line: each phase's median and mean microseconds over ``steps`` steps
     (the means add up to the step's, the medians need not)."""
     if device != "musa":
@@ -49,7 +52,8 @@ def worker(device: str, case: str, steps: int, small: bool) -> int:
         marks.append((phase, time.perf_counter()))
 
     for i in range(10 + steps):  # the first ten warm up (allocator, kernel choice)
-        sync()
+        if not back_to_back or i == 0:
+            sync()
         marks.clear()
         mark("start")
         step(mark)
@@ -63,12 +67,12 @@ def worker(device: str, case: str, steps: int, small: bool) -> int:
     return 0
 
 
-def measure(device: str, case: str, steps: int, small: bool) -> dict:
+def measure(device: str, case: str, steps: int, small: bool, back_to_back: bool = False) -> dict:
     env = dict(os.environ)
     if device != "musa":
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", device, "--case", case,
-           "--steps", str(steps)] + (["--small"] if small else [])
+           "--steps", str(steps)] + (["--small"] if small else []) + (["--back-to-back"] if back_to_back else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not lines:
@@ -91,22 +95,26 @@ def main(argv=None) -> int:
     ap.add_argument("--devices", default="musa,cuda", help="two devices, the first against the second")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--small", action="store_true", help="a tiny GPT-2 instead of the case's")
+    ap.add_argument("--back-to-back", action="store_true",
+                    help="drain the queue only before the first step, not before each")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        return worker(args.worker, args.case, args.steps, args.small)
+        return worker(args.worker, args.case, args.steps, args.small, args.back_to_back)
     devices = args.devices.split(",")
     if len(devices) != 2:
         ap.error("--devices takes two devices, e.g. musa,cuda")
     sides = {}
     for d in devices:
         print(f"{d}: {args.steps} steps ...", flush=True)
-        sides[d] = measure(d, args.case, args.steps, args.small)
+        sides[d] = measure(d, args.case, args.steps, args.small, args.back_to_back)
     rows = compare(sides, devices)
     a, b = devices
     name = "small GPT-2" if args.small else args.case
     lines = [f"# {name}: host issue time per phase, {a} against {b}", "",
-             f"Medians of {args.steps} steps, each started on an idle queue (`benchmarks/step_phases.py`).", "",
+             f"Medians of {args.steps} steps, "
+             + ("run back to back" if args.back_to_back else "each started on an idle queue")
+             + " (`benchmarks/step_phases.py`).", "",
              f"| phase | {a} µs | {b} µs | {a}/{b} | {a} − {b} µs |", "|---|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['phase']} | {r[f'{a}_us']:.0f} | {r[f'{b}_us']:.0f} | {r['ratio']:.3f} | "
@@ -114,10 +122,12 @@ def main(argv=None) -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "step_phases.md"), "w") as f:
+    stem = "step_phases_back_to_back" if args.back_to_back else "step_phases"
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, "step_phases.json"), "w") as f:
-        json.dump({"case": name, "devices": devices, "steps": args.steps, "rows": rows}, f, indent=1)
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
+        json.dump({"case": name, "devices": devices, "steps": args.steps, "back_to_back": args.back_to_back,
+                   "rows": rows}, f, indent=1)
     return 0
 
 

@@ -6,10 +6,14 @@ import pytest
 from tests.conftest import load_benchmark
 
 
-def test_phases_of_the_small_step_on_musa_and_the_cpu(tmp_path):
+@pytest.mark.parametrize("back_to_back", [False, True], ids=["idle_queue", "back_to_back"])
+def test_phases_of_the_small_step_on_musa_and_the_cpu(tmp_path, back_to_back):
     phases = load_benchmark("step_phases")
-    assert phases.main(["--devices", "musa,cpu", "--small", "--steps", "4", "--out", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / "step_phases.json").read_text())
+    args = ["--devices", "musa,cpu", "--small", "--steps", "4", "--out", str(tmp_path)]
+    assert phases.main(args + (["--back-to-back"] if back_to_back else [])) == 0
+    stem = "step_phases_back_to_back" if back_to_back else "step_phases"
+    result = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert result["back_to_back"] is back_to_back
     rows = {r["phase"]: r for r in result["rows"]}
     assert list(rows) == ["forward", "backward", "optimizer", "zero_grad", "step"]
     parts = ("forward", "backward", "optimizer", "zero_grad")
@@ -21,8 +25,9 @@ def test_phases_of_the_small_step_on_musa_and_the_cpu(tmp_path):
         assert means == pytest.approx(rows["step"][f"{device}_mean_us"], rel=1e-6)
         assert all(rows["step"][f"{device}_us"] >= rows[p][f"{device}_us"] for p in parts)
     assert rows["step"]["ratio"] == pytest.approx(rows["step"]["musa_us"] / rows["step"]["cpu_us"])
-    table = (tmp_path / "step_phases.md").read_text()
+    table = (tmp_path / f"{stem}.md").read_text()
     assert "| backward |" in table and "musa/cpu" in table
+    assert ("back to back" in table) is back_to_back
 
 
 def test_two_devices_are_required(tmp_path):
