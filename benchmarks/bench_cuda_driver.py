@@ -48,7 +48,9 @@ TRAIN_CASES = {
 
 
 def sync(device: str) -> None:
-    (torch.musa if device.startswith("musa") else torch.cuda).synchronize()
+    """Drains ``device``'s queue (the CPU device has none: nothing to wait for)."""
+    if device != "cpu":
+        (torch.musa if device.startswith("musa") else torch.cuda).synchronize()
 
 
 def time_loop(fn, device: str, iters: int, issue: list | None = None) -> float:

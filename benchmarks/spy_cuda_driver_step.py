@@ -37,22 +37,19 @@ def worker(device: str, case: str, seconds: float) -> int:
     """Runs the case's step for ``seconds`` after a warm-up; prints steps and seconds."""
     if device != "musa":
         sys.modules["torch_musa"] = None  # as bench_cuda_driver's native worker
-    import torch
-
     sys.path.insert(0, HERE)
-    from bench_cuda_driver import TRAIN_CASES, gpt2_step
+    from bench_cuda_driver import TRAIN_CASES, gpt2_step, sync
 
     cfg = TRAIN_CASES[case]
     step = gpt2_step(device, cfg["batch"], cfg["seq"], n_layer=cfg["n_layer"])
-    sync = {"musa": lambda: torch.musa.synchronize(), "cuda": torch.cuda.synchronize}.get(device, lambda: None)
     for _ in range(3):
         step()
-    sync()
+    sync(device)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         _sampled_steps(step, 5)
         n += 5
-    sync()
+    sync(device)
     print(json.dumps({"steps": n, "seconds": time.perf_counter() - t0}), flush=True)
     return 0
 

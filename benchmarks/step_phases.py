@@ -36,15 +36,11 @@ def worker(device: str, case: str, steps: int, small: bool, back_to_back: bool =
     (the means add up to the step's, the medians need not)."""
     if device != "musa":
         sys.modules["torch_musa"] = None  # native: no PrivateUse1 backend in this process
-    import torch
-
     sys.path.insert(0, HERE)
-    from bench_cuda_driver import TRAIN_CASES, gpt2_step
+    from bench_cuda_driver import TRAIN_CASES, gpt2_step, sync
 
     cfg = SMALL if small else {**TRAIN_CASES[case], "config": {}}
     step = gpt2_step(device, cfg["batch"], cfg["seq"], n_layer=cfg["n_layer"], **cfg["config"])
-    module = getattr(torch, device, None)
-    sync = module.synchronize if device != "cpu" and hasattr(module, "synchronize") else (lambda: None)
     times = {p: [] for p in PHASES}
     marks = []
 
@@ -53,7 +49,7 @@ def worker(device: str, case: str, steps: int, small: bool, back_to_back: bool =
 
     for i in range(10 + steps):  # the first ten warm up (allocator, kernel choice)
         if not back_to_back or i == 0:
-            sync()
+            sync(device)
         marks.clear()
         mark("start")
         step(mark)
@@ -61,7 +57,7 @@ def worker(device: str, case: str, steps: int, small: bool, back_to_back: bool =
             for (_, t0), (phase, t1) in zip(marks, marks[1:]):
                 times[phase].append((t1 - t0) * 1e6)
             times["step"].append((marks[-1][1] - marks[0][1]) * 1e6)
-    sync()
+    sync(device)
     print(json.dumps({"median": {p: statistics.median(v) for p, v in times.items()},
                       "mean": {p: statistics.fmean(v) for p, v in times.items()}}), flush=True)
     return 0
