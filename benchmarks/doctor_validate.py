@@ -187,8 +187,8 @@ def reprice(path: str) -> list[dict]:
         if "host_classes" in r:
             blas, dnn = r["host_classes"]["blas"], r["host_classes"]["dnn"]
         else:
-            blas = sum(o["calls"] for o in r["top_ops"] if o["op"].partition(".")[0] in roofline.BLAS_OPS)
-            dnn = sum(o["calls"] for o in r["top_ops"] if o["op"].partition(".")[0] in roofline.DNN_OPS)
+            blas = sum(o["calls"] for o in r["top_ops"] if roofline.host_class(o["op"]) == "blas")
+            dnn = sum(o["calls"] for o in r["top_ops"] if roofline.host_class(o["op"]) == "dnn")
         other = r["launching_ops"] - blas - dnn
         row = {"model": r["model"], "measured_s": r["measured_s"], "device_s": r["device_s"],
                "blas": blas, "dnn": dnn, "other": other, "views": r["view_ops"]}
@@ -299,8 +299,8 @@ def validate(name: str, card_key: str, small: bool, warmup: int, steps: int, pro
          "flops": e["flops"], "bytes": e["bytes"],
          "launching_ops": sum(c.kind != "view" for c in calls), "view_ops": sum(c.kind == "view" for c in calls),
          # what the host part prices, so that a saved run can be priced again under other costs
-         "host_classes": {k: sum(c.kind != "view" and c.op.partition(".")[0] in ops for c in calls)
-                          for k, ops in (("blas", roofline.BLAS_OPS), ("dnn", roofline.DNN_OPS))},
+         "host_classes": {k: sum(c.kind != "view" and roofline.host_class(c.op) == k for c in calls)
+                          for k in ("blas", "dnn")},
          "layouts": {k: sum(c.layout == k for c in calls) for k in ("unaligned", "channels_first")},
          "model_text": e["model"],
          "top_ops": [{"op": o["op"], "calls": o["calls"], "ms": round(o["time_s"] * 1e3, 3),

@@ -66,6 +66,12 @@ DNN_OPS = frozenset("aten::" + n for n in (
     "_cudnn_rnn", "_cudnn_rnn_backward", "cudnn_batch_norm", "cudnn_batch_norm_backward"))
 
 
+def host_class(op: str) -> str:
+    """Which of ``HostCosts``' prices a launching op pays: "blas", "dnn" or "op"."""
+    name = op.partition(".")[0]
+    return "blas" if name in BLAS_OPS else "dnn" if name in DNN_OPS else "op"
+
+
 @dataclasses.dataclass(frozen=True)
 class HostCosts:
     """The host's time per op, by kind. The defaults are the constants above; a run on a
@@ -77,8 +83,7 @@ class HostCosts:
     source: str = "constants (roofline.py)"
 
     def of(self, op: str) -> float:
-        name = op.partition(".")[0]
-        return self.blas_s if name in BLAS_OPS else self.dnn_s if name in DNN_OPS else self.op_s
+        return getattr(self, host_class(op) + "_s")
 
     def describe(self) -> str:
         return (f"{self.op_s * 1e6:.3g} us per launching op, {self.blas_s * 1e6:.3g} us per BLAS call, "
