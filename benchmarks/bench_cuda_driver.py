@@ -10,7 +10,8 @@ small ops (MUSA graph against CUDA graph), and GPT-2-small training steps
 (random initialisation, bf16 autocast, fused AdamW) eager and under
 ``torch.compile`` (``--train``): b16x1024, and two host-bound cases, the same model
 and a 2-layer one at b4x256 (``--cases``). Each is measured in alternating rounds on
-musa and on cuda; the ratio is median(musa) / median(cuda), and for the training
+musa and on cuda (a training round's steps in short chunks that alternate between the
+sides); the ratio is median(musa) / median(cuda), and for the training
 steps each round's ratio, their spread and the host's issue time per step are kept
 too (a training target must hold in every round).
 The native-cuda training step runs in a worker process without torch_musa,
@@ -38,13 +39,23 @@ TARGETS = {"small": 1.3, "large": 1.05, "graph": 1.1, "train": 1.02, "train_comp
 #: The training cases (issue 37): GPT-2 small as users train it, the same model at a batch
 #: small enough for the host to be the bound, and a 2-layer model there. Each runs eager
 #: and under torch.compile; a host-bound case has one target for both.
-#: ``steps`` per round: a host-bound round of 8 steps lasted 0.1-0.4 s on the lent H100s,
-#: where single rounds strayed by a third from their median (0.86-1.41).
+#: ``steps`` per round and side, run in chunks of ``chunk`` steps that alternate between
+#: the sides (:func:`chunk_order`): the lent H100s' host speed drifts by a fifth within
+#: seconds (one process's 40-step medians of the 2-layer step: 7.0-9.6 ms), so a round's
+#: sides are timed interleaved, not one after the other.
 TRAIN_CASES = {
-    "gpt2": {"batch": 16, "seq": 1024, "n_layer": 12, "host_bound": False, "steps": 8},
-    "gpt2-b4x256": {"batch": 4, "seq": 256, "n_layer": 12, "host_bound": True, "steps": 16},
-    "gpt2-2layer-b4x256": {"batch": 4, "seq": 256, "n_layer": 2, "host_bound": True, "steps": 32},
+    "gpt2": {"batch": 16, "seq": 1024, "n_layer": 12, "host_bound": False, "steps": 8, "chunk": 4},
+    "gpt2-b4x256": {"batch": 4, "seq": 256, "n_layer": 12, "host_bound": True, "steps": 16, "chunk": 4},
+    "gpt2-2layer-b4x256": {"batch": 4, "seq": 256, "n_layer": 2, "host_bound": True, "steps": 64, "chunk": 8},
 }
+
+
+def chunk_order(round_index: int, chunks: int) -> list[str]:
+    """The order of one round's chunks: pairs of one chunk per side, the pairs' order
+    alternating (musa cuda, cuda musa, ...) and the first side alternating by round, so
+    that neither side always runs first or right after the other's idle gap."""
+    a, b = ("musa", "cuda") if round_index % 2 == 0 else ("cuda", "musa")
+    return [side for j in range(chunks) for side in ((a, b) if j % 2 == 0 else (b, a))]
 
 
 def sync(device: str) -> None:
@@ -103,6 +114,17 @@ def op_cases():
         ids = torch.randint(0, 50257, (64,), generator=torch.Generator().manual_seed(0)).to(device)
         return lambda: torch.nn.functional.embedding(ids, table)
 
+    def attention(device):
+        # GPT-2 b4x256's attention (musa: torch_musa/attention/gpu.py's entry, the choice asked
+        # of CUDA's rule, then the chosen kernel), forward and backward
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(4, 12, 256, 64, generator=g).to(device, torch.bfloat16).requires_grad_()
+                   for _ in range(3))
+
+        def call():
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        return call
+
     def graph_replay(device):
         # 30 small kernels captured once (MUSA graph / CUDA graph), timed per replay
         mod = torch.musa if device == "musa" else torch.cuda
@@ -143,6 +165,7 @@ def op_cases():
         ("dropout 64x64", "small", unary(lambda a: torch.nn.functional.dropout(a, 0.1), (64, 64),
                                          torch.float32), 3000),
         ("embedding 64 of 50257x64", "small", embedding, 3000),
+        ("sdpa fwd+bwd causal 4x12x256x64 bf16", "small", attention, 1000),
         ("mm 64x64 in bf16 autocast", "small", in_autocast(torch.mm, (64, 64)), 3000),
         ("matmul 8192² bf16", "large", binary(torch.matmul, (8192, 8192), torch.bfloat16), 30),
         ("add 64M fp32", "large", binary(torch.add, (64 << 20,), torch.float32), 50),
@@ -249,8 +272,8 @@ def profile_step(step, device: str, steps: int, path: str) -> dict:
 def cuda_worker(batch: int, seq: int, n_layer: int, steps: int, compiled: bool) -> int:
     """Native-cuda side of the training benchmark (a process without torch_musa).
 
-    Answers each line on stdin: 'warmup' with the loss, 'round' with seconds per step
-    and the host's issue seconds per step.
+    Answers each line on stdin: 'warmup' with the loss, 'chunk' with seconds per step
+    over ``steps`` steps and the host's issue seconds per step.
     """
     # transformers imports torch_musa whenever it is installed; hide it here.
     sys.modules["torch_musa"] = None
@@ -258,7 +281,7 @@ def cuda_worker(batch: int, seq: int, n_layer: int, steps: int, compiled: bool) 
     for line in sys.stdin:
         if line.strip() == "warmup":
             print(step().item(), flush=True)
-        elif line.strip() == "round":
+        elif line.strip() == "chunk":
             issue = []
             print(json.dumps([time_loop(step, "cuda", steps, issue), issue[0]]), flush=True)
         elif line.startswith("profile "):
@@ -271,10 +294,12 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     cfg = TRAIN_CASES[case]
     batch, seq, n_layer = cfg["batch"], cfg["seq"], cfg["n_layer"]
     steps = steps or cfg["steps"]
+    chunk = min(cfg["chunk"], steps)
+    chunks = max(1, steps // chunk)
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     worker = subprocess.Popen(
         [sys.executable, __file__, "--cuda-worker", "--batch", str(batch), "--seq", str(seq),
-         "--layers", str(n_layer), "--steps", str(steps)] + (["--compiled"] if compiled else []),
+         "--layers", str(n_layer), "--steps", str(chunk)] + (["--compiled"] if compiled else []),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def ask(cmd: str, parse=float):
@@ -287,28 +312,29 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     for _ in range(3):  # warm-up steps (allocator, kernel choice)
         losses["musa"].append(musa_step().item())
         losses["cuda"].append(ask("warmup"))
+
+    def run_chunk(side: str) -> tuple[float, float]:
+        """Seconds per step of one chunk on ``side``, wall and host issue."""
+        if side == "cuda":
+            return tuple(ask("chunk", json.loads))
+        issued = []
+        return time_loop(musa_step, "musa", chunk, issued), issued[0]
+
+    # One untimed chunk each (the GPU's clocks, lazily built workspaces); then each
+    # round's chunks interleaved, a side's round time the mean of its chunks.
+    run_chunk("musa")
+    run_chunk("cuda")
     times, issue = {"musa": [], "cuda": []}, {"musa": [], "cuda": []}
-
-    def musa_round():
-        times["musa"].append(time_loop(musa_step, "musa", steps, issue["musa"]))
-
-    def cuda_round():
-        wall, issued = ask("round", json.loads)
-        times["cuda"].append(wall)
-        issue["cuda"].append(issued)
-
-    # One untimed round each (the GPU's clocks, lazily built workspaces), then rounds in
-    # alternating order, so that neither side always starts after the other's idle gap.
-    musa_round()
-    cuda_round()
-    for kept in (*times.values(), *issue.values()):
-        kept.clear()
     for i in range(rounds):
-        for run in ((musa_round, cuda_round) if i % 2 == 0 else (cuda_round, musa_round)):
-            run()
+        got = {"musa": [], "cuda": []}
+        for side in chunk_order(i, chunks):
+            got[side].append(run_chunk(side))
+        for side, chunk_times in got.items():
+            times[side].append(statistics.mean(w for w, _ in chunk_times))
+            issue[side].append(statistics.mean(h for _, h in chunk_times))
     if profile_dir:
         name = case.replace("-", "_") + ("_compiled" if compiled else "")
-        for side, prof in (("musa", lambda p: profile_step(musa_step, "musa", steps, p)),
+        for side, prof in (("musa", lambda p: profile_step(musa_step, "musa", chunk, p)),
                            ("cuda", lambda p: ask(f"profile {p}", json.loads))):
             got = prof(os.path.join(profile_dir, f"cuda_driver_{name}_profile_{side}.txt"))
             print(f"profile {side}: host issue {got['issue_ms']:.1f} ms/step, wall {got['wall_ms']:.1f} ms/step",
@@ -320,7 +346,8 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     label = f"GPT-2 small{layers} step{' compiled' if compiled else ''} b{batch}x{seq} bf16"
     row = summarise(label, kind, times, issue)
     row["case"] = case
-    row["steps_per_round"] = steps
+    row["steps_per_round"] = chunk * chunks
+    row["steps_per_chunk"] = chunk
     row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
     row["warmup_losses"] = losses
     print_row(row)
@@ -344,7 +371,8 @@ def write(out: str, result: dict) -> None:
     lines = [f"# musa (cuda driver) vs native cuda — {m['gpu']}", "",
              f"torch {m['torch']} (CUDA {m['cuda']}), Python {m['python']}, "
              f"{m['cpu_count']} CPU cores; medians of {result['rounds']} alternating rounds (training: "
-             f"{result['train_rounds']}); a training target holds in every round; issue: the host's time "
+             f"{result['train_rounds']}, each interleaving the sides in chunks of a few steps); a training "
+             "target holds in every round; issue: the host's time "
              "to issue a step, musa/cuda.", "",
              "| work | musa µs | cuda µs | musa/cuda | rounds' spread | issue | target | |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -382,7 +410,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, help="steps per training round (default: the case's)")
+    ap.add_argument("--steps", type=int, help="steps per training round and side (default: the case's)")
     ap.add_argument("--cases", default=",".join(TRAIN_CASES),
                     help=f"training cases, comma-separated, of {', '.join(TRAIN_CASES)}")
     ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)  # the worker's
