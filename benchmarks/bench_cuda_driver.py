@@ -1,4 +1,4 @@
-"""musa on the cuda driver against native cuda, side by side in one process.
+"""musa on the cuda driver against native cuda, side by side.
 
 Run on a machine with an NVIDIA GPU (scripts/gpu_run.sh does it):
 
@@ -14,10 +14,10 @@ musa and on cuda (a training round's steps in short chunks that alternate betwee
 sides); the ratio is median(musa) / median(cuda), and for the training
 steps each round's ratio, their spread and the host's issue time per step are kept
 too (a training target must hold in every round).
-The native-cuda training step runs in a worker process without torch_musa,
-driven round by round from this one: once a PrivateUse1 backend is registered,
-PyTorch's autograd engine cannot run a CUDA backward in that process
-(pytorch/pytorch#161129). Writes cuda_driver.json, cuda_driver.md and
+The op table runs both sides in this process (forward only: once a PrivateUse1
+backend is registered, PyTorch's autograd engine cannot run a CUDA backward in that
+process, pytorch/pytorch#161129); each training case runs each side in a fresh worker
+process (native cuda without torch_musa), driven chunk by chunk from this one. Writes cuda_driver.json, cuda_driver.md and
 cuda_driver.png to --out (with --profile also cuda_driver_gpt2[_compiled]_profile_{musa,cuda}.txt).
 """
 from __future__ import annotations
@@ -116,14 +116,10 @@ def op_cases():
 
     def attention(device):
         # GPT-2 b4x256's attention (musa: torch_musa/attention/gpu.py's entry, the choice asked
-        # of CUDA's rule, then the chosen kernel), forward and backward
+        # of CUDA's rule, then the chosen kernel); forward only, see the module docstring
         g = torch.Generator().manual_seed(0)
-        q, k, v = (torch.randn(4, 12, 256, 64, generator=g).to(device, torch.bfloat16).requires_grad_()
-                   for _ in range(3))
-
-        def call():
-            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
-        return call
+        q, k, v = (torch.randn(4, 12, 256, 64, generator=g).to(device, torch.bfloat16) for _ in range(3))
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     def graph_replay(device):
         # 30 small kernels captured once (MUSA graph / CUDA graph), timed per replay
@@ -165,7 +161,7 @@ def op_cases():
         ("dropout 64x64", "small", unary(lambda a: torch.nn.functional.dropout(a, 0.1), (64, 64),
                                          torch.float32), 3000),
         ("embedding 64 of 50257x64", "small", embedding, 3000),
-        ("sdpa fwd+bwd causal 4x12x256x64 bf16", "small", attention, 1000),
+        ("sdpa causal 4x12x256x64 bf16", "small", attention, 1000),
         ("mm 64x64 in bf16 autocast", "small", in_autocast(torch.mm, (64, 64)), 3000),
         ("matmul 8192² bf16", "large", binary(torch.matmul, (8192, 8192), torch.bfloat16), 30),
         ("add 64M fp32", "large", binary(torch.add, (64 << 20,), torch.float32), 50),
@@ -269,78 +265,90 @@ def profile_step(step, device: str, steps: int, path: str) -> dict:
     return {"issue_ms": issued / steps * 1e3, "wall_ms": wall / steps * 1e3}
 
 
-def cuda_worker(batch: int, seq: int, n_layer: int, steps: int, compiled: bool) -> int:
-    """Native-cuda side of the training benchmark (a process without torch_musa).
+def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, compiled: bool) -> int:
+    """One side of the training benchmark, in a process of its own: native cuda without
+    torch_musa, or musa.
 
     Answers each line on stdin: 'warmup' with the loss, 'chunk' with seconds per step
-    over ``steps`` steps and the host's issue seconds per step.
+    over ``steps`` steps and the host's issue seconds per step, 'profile PATH' with
+    :func:`profile_step`'s figures.
     """
-    # transformers imports torch_musa whenever it is installed; hide it here.
-    sys.modules["torch_musa"] = None
-    step = gpt2_step("cuda", batch, seq, compiled, n_layer=n_layer)
+    if device == "musa":
+        import torch_musa  # noqa: F401
+    else:  # transformers imports torch_musa whenever it is installed; hide it here.
+        sys.modules["torch_musa"] = None
+    step = gpt2_step(device, batch, seq, compiled, n_layer=n_layer)
     for line in sys.stdin:
         if line.strip() == "warmup":
             print(step().item(), flush=True)
         elif line.strip() == "chunk":
             issue = []
-            print(json.dumps([time_loop(step, "cuda", steps, issue), issue[0]]), flush=True)
+            print(json.dumps([time_loop(step, device, steps, issue), issue[0]]), flush=True)
         elif line.startswith("profile "):
-            print(json.dumps(profile_step(step, "cuda", steps, line.split(" ", 1)[1].strip())), flush=True)
+            print(json.dumps(profile_step(step, device, steps, line.split(" ", 1)[1].strip())), flush=True)
     return 0
+
+
+class Worker:
+    """A :func:`train_worker` process, asked line by line."""
+
+    def __init__(self, device: str, batch: int, seq: int, n_layer: int, steps: int, compiled: bool):
+        env = dict(os.environ)
+        if device != "musa":
+            env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--train-worker", device, "--batch", str(batch), "--seq", str(seq),
+             "--layers", str(n_layer), "--steps", str(steps)] + (["--compiled"] if compiled else []),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def ask(self, cmd: str, parse=json.loads):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the training worker exited ({self.proc.wait()}) on {cmd!r}")
+        return parse(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | None = None,
                compiled: bool = False) -> dict:
+    """Both sides run in fresh processes of their own: a long-lived process that had
+    compiled an earlier case ran the next eager one up to 1.4x slower (lent H100)."""
     cfg = TRAIN_CASES[case]
     batch, seq, n_layer = cfg["batch"], cfg["seq"], cfg["n_layer"]
     steps = steps or cfg["steps"]
     chunk = min(cfg["chunk"], steps)
     chunks = max(1, steps // chunk)
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    worker = subprocess.Popen(
-        [sys.executable, __file__, "--cuda-worker", "--batch", str(batch), "--seq", str(seq),
-         "--layers", str(n_layer), "--steps", str(chunk)] + (["--compiled"] if compiled else []),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-
-    def ask(cmd: str, parse=float):
-        worker.stdin.write(cmd + "\n")
-        worker.stdin.flush()
-        return parse(worker.stdout.readline())
-
-    musa_step = gpt2_step("musa", batch, seq, compiled, n_layer=n_layer)
+    workers = {side: Worker(side, batch, seq, n_layer, chunk, compiled) for side in ("musa", "cuda")}
     losses = {"musa": [], "cuda": []}
     for _ in range(3):  # warm-up steps (allocator, kernel choice)
-        losses["musa"].append(musa_step().item())
-        losses["cuda"].append(ask("warmup"))
-
-    def run_chunk(side: str) -> tuple[float, float]:
-        """Seconds per step of one chunk on ``side``, wall and host issue."""
-        if side == "cuda":
-            return tuple(ask("chunk", json.loads))
-        issued = []
-        return time_loop(musa_step, "musa", chunk, issued), issued[0]
+        for side, w in workers.items():
+            losses[side].append(w.ask("warmup", float))
 
     # One untimed chunk each (the GPU's clocks, lazily built workspaces); then each
     # round's chunks interleaved, a side's round time the mean of its chunks.
-    run_chunk("musa")
-    run_chunk("cuda")
+    for w in workers.values():
+        w.ask("chunk")
     times, issue = {"musa": [], "cuda": []}, {"musa": [], "cuda": []}
     for i in range(rounds):
         got = {"musa": [], "cuda": []}
         for side in chunk_order(i, chunks):
-            got[side].append(run_chunk(side))
+            got[side].append(workers[side].ask("chunk"))
         for side, chunk_times in got.items():
             times[side].append(statistics.mean(w for w, _ in chunk_times))
             issue[side].append(statistics.mean(h for _, h in chunk_times))
     if profile_dir:
         name = case.replace("-", "_") + ("_compiled" if compiled else "")
-        for side, prof in (("musa", lambda p: profile_step(musa_step, "musa", chunk, p)),
-                           ("cuda", lambda p: ask(f"profile {p}", json.loads))):
-            got = prof(os.path.join(profile_dir, f"cuda_driver_{name}_profile_{side}.txt"))
+        for side, w in workers.items():
+            got = w.ask(f"profile {os.path.join(profile_dir, f'cuda_driver_{name}_profile_{side}.txt')}")
             print(f"profile {side}: host issue {got['issue_ms']:.1f} ms/step, wall {got['wall_ms']:.1f} ms/step",
                   flush=True)
-    worker.stdin.close()
-    worker.wait(timeout=60)
+    for w in workers.values():
+        w.close()
     kind = "host_bound" if cfg["host_bound"] else "train_compiled" if compiled else "train"
     layers = "" if n_layer == 12 else f" {n_layer}-layer"
     label = f"GPT-2 small{layers} step{' compiled' if compiled else ''} b{batch}x{seq} bf16"
@@ -423,10 +431,10 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also write torch.profiler tables of the training step (cuda_driver_gpt2_profile_*.txt)")
-    ap.add_argument("--cuda-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--train-worker", choices=("musa", "cuda"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.cuda_worker:
-        return cuda_worker(args.batch, args.seq, args.layers, args.steps, args.compiled)
+    if args.train_worker:
+        return train_worker(args.train_worker, args.batch, args.seq, args.layers, args.steps, args.compiled)
     from torch_musa.config import CONFIG  # not in the worker: see the module docstring
 
     if CONFIG.driver != "cuda":
