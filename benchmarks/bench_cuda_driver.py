@@ -40,9 +40,9 @@ TARGETS = {"small": 1.3, "large": 1.05, "graph": 1.1, "train": 1.02, "train_comp
 #: small enough for the host to be the bound, and a 2-layer model there. Each runs eager
 #: and under torch.compile; a host-bound case has one target for both.
 #: ``steps`` per round and side, run in chunks of ``chunk`` steps that alternate between
-#: the sides (:func:`chunk_order`): the lent H100s' host speed drifts by a fifth within
-#: seconds (one process's 40-step medians of the 2-layer step: 7.0-9.6 ms), so a round's
-#: sides are timed interleaved, not one after the other.
+#: the sides (:func:`chunk_order`): the lent H100s' hosts drift by a fifth within seconds
+#: (one process's 40-step medians of the 2-layer step: 7.0-9.6 ms; docs/PERFORMANCE.md,
+#: run 4), so a round's sides are timed interleaved, not one after the other.
 TRAIN_CASES = {
     "gpt2": {"batch": 16, "seq": 1024, "n_layer": 12, "host_bound": False, "steps": 8, "chunk": 4},
     "gpt2-b4x256": {"batch": 4, "seq": 256, "n_layer": 12, "host_bound": True, "steps": 16, "chunk": 4},
