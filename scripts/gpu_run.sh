@@ -79,7 +79,8 @@ fi
 
 if [[ " $STAGES " == *" phases "* ]]; then
   # A host-bound step's host issue time per phase (forward, backward, optimizer) on musa
-  # and native cuda, from an idle queue and back to back; PHASES_ARGS: e.g. "--case gpt2-b4x256".
+  # and native cuda, from an idle queue and back to back; PHASES_ARGS: e.g.
+  # "--case gpt2-b4x256 --compiled --cprofile" (cProfile tables of each side too).
   $PY benchmarks/step_phases.py --out "$RESULTS" ${PHASES_ARGS:-} || status=1
   $PY benchmarks/step_phases.py --out "$RESULTS" --back-to-back ${PHASES_ARGS:-} || status=1
 fi

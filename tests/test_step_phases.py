@@ -34,3 +34,15 @@ def test_two_devices_are_required(tmp_path):
     phases = load_benchmark("step_phases")
     with pytest.raises(SystemExit):
         phases.main(["--devices", "musa", "--out", str(tmp_path)])
+
+
+def test_cprofile_tables_name_the_step_s_calls_on_each_side(tmp_path):
+    phases = load_benchmark("step_phases")
+    assert phases.main(["--devices", "musa,cpu", "--small", "--steps", "2", "--cprofile",
+                        "--out", str(tmp_path)]) == 0
+    for device in ("musa", "cpu"):
+        table = (tmp_path / f"step_phases_cprofile_{device}.txt").read_text()
+        assert table.startswith(f"# {device}: cProfile over 5 steps")
+        # the fused optimizer's one C++ entry per step, as cProfile counts it
+        adamw = [line.split() for line in table.splitlines() if "_fused_adamw_" in line]
+        assert [row[0] for row in adamw] == ["5"]
