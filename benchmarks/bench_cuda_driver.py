@@ -17,8 +17,8 @@ too (a training target must hold in every round).
 The op table runs both sides in this process (forward only: once a PrivateUse1
 backend is registered, PyTorch's autograd engine cannot run a CUDA backward in that
 process, pytorch/pytorch#161129); each training case runs each side in a fresh worker
-process (native cuda without torch_musa), driven chunk by chunk from this one. Writes cuda_driver.json, cuda_driver.md and
-cuda_driver.png to --out (with --profile also cuda_driver_gpt2[_compiled]_profile_{musa,cuda}.txt).
+process (native cuda without torch_musa), driven chunk by chunk from this one. Writes
+cuda_driver.json, cuda_driver.md and cuda_driver.png to --out (with --profile also cuda_driver_gpt2[_compiled]_profile_{musa,cuda}.txt).
 """
 from __future__ import annotations
 
@@ -435,7 +435,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.train_worker:
         return train_worker(args.train_worker, args.batch, args.seq, args.layers, args.steps, args.compiled)
-    from torch_musa.config import CONFIG  # not in the worker: see the module docstring
+    from torch_musa.config import CONFIG  # not in a native worker: see the module docstring
 
     if CONFIG.driver != "cuda":
         print("run with TORCH_MUSA_DRIVER=cuda on a machine with an NVIDIA GPU", file=sys.stderr)

@@ -63,25 +63,23 @@ def worker(device: str, case: str, steps: int, small: bool, back_to_back: bool =
             times["step"].append((marks[-1][1] - marks[0][1]) * 1e6)
     sync(device)
     if cprofile:
-        write_cprofile(step, device, cprofile)
+        write_cprofile(step, lambda: sync(device), device, cprofile)
     print(json.dumps({"median": {p: statistics.median(v) for p, v in times.items()},
                       "mean": {p: statistics.fmean(v) for p, v in times.items()}}), flush=True)
     return 0
 
 
-def write_cprofile(step, device: str, path: str, steps: int = 5, rows: int = 45) -> None:
+def write_cprofile(step, sync, device: str, path: str, steps: int = 5, rows: int = 45) -> None:
     import cProfile
     import io
     import pstats
-
-    from bench_cuda_driver import sync
 
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(steps):
         step()
     prof.disable()
-    sync(device)
+    sync()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(rows)
     with open(path, "w") as f:

@@ -25,3 +25,19 @@ def test_training_cases_split_into_whole_chunks(bench):
     for case, cfg in bench.TRAIN_CASES.items():
         assert cfg["steps"] % cfg["chunk"] == 0, case
         assert cfg["steps"] // cfg["chunk"] >= 2, case  # a round interleaves the sides
+
+
+def test_a_training_worker_answers_warmup_chunk_and_profile(bench, tmp_path):
+    # The host driver stands in for the GPU: the protocol is the same on both sides.
+    worker = bench.Worker("musa", batch=1, seq=16, n_layer=1, steps=2, compiled=False)
+    try:
+        loss = worker.ask("warmup", float)
+        assert 5.0 < loss < 20.0  # ~ln(50257) for a fresh model
+        wall, issued = worker.ask("chunk")
+        assert 0 < issued <= wall
+        path = tmp_path / "profile.txt"
+        got = worker.ask(f"profile {path}")
+        assert got["issue_ms"] > 0 and "aten::" in path.read_text()
+    finally:
+        worker.close()
+    assert worker.proc.returncode == 0
