@@ -3,6 +3,7 @@ the CPU as the kernel device: musa graphs are moved to the kernel device after A
 compiled by Inductor's stock path for it, and called through aliases; autograd stays on musa.
 Under the cuda driver the same route compiles for the GPU (scripts/gpu_run.sh runs this file
 there through the default backend)."""
+import contextlib
 import copy
 import json
 
@@ -115,6 +116,32 @@ def test_from_kernel_outputs_keeps_shared_storage_shared():
         _C._from_kernel_outputs([torch.ones(2, device="musa")], 0, strict=True)
     with pytest.raises(RuntimeError, match="expects .* tensors, got <class 'int'>"):
         _C._from_kernel_outputs([3], 0, strict=True)
+
+
+def test_from_kernel_outputs_turns_sole_results_into_musa_in_place():
+    """A graph's fresh results that nothing else holds, over musa allocator memory (CUDA's
+    caching allocator under the cuda driver; on the host, unified memory), come back as
+    the same Python objects, now musa tensors over the same bytes; one held elsewhere is
+    shared instead and left as it was."""
+    unified = (torch.musa.use_unified_cpu_allocator() if KIND == "cpu"
+               else contextlib.nullcontext())
+    with unified:
+        outs = [torch.arange(6.0, device=KIND), 7, torch.full((2, 2), 3.0, device=KIND)]
+        keep = torch.ones(3, device=KIND)
+    objects = [id(outs[0]), id(outs[2])]
+    ptrs = [outs[0].data_ptr(), outs[2].data_ptr()]
+    back = _C._from_kernel_outputs(outs, 0)
+    assert back is outs and [id(back[0]), id(back[2])] == objects
+    assert back[0].device == back[2].device == torch.device("musa", 0)
+    assert [back[0].data_ptr(), back[2].data_ptr()] == ptrs  # no copy
+    assert back[0].cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    back[2].add_(1.0)  # a musa op on it, through the musa dispatch keys
+    assert back[2].cpu().tolist() == [[4.0, 4.0], [4.0, 4.0]]
+    moved = _C._from_kernel_outputs([keep], 0)
+    assert moved[0] is not keep and keep.device.type == KIND
+    assert moved[0].device.type == "musa" and moved[0].cpu().tolist() == [1.0, 1.0, 1.0]
+    del outs, back
+    torch.musa.synchronize()
 
 
 def test_kernel_args_and_outputs_pass_other_values_through():

@@ -167,18 +167,29 @@ at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like)
   return make_like(storage, kMusaKeys, like);
 }
 
+bool retaggable_memory(const c10::StorageImpl* s) {
+  return s->data() != nullptr && device_allocator().owns(s->data_ptr());
+}
+
+void retag_in_place(const at::Tensor& t, c10::DeviceIndex device, bool storage_too) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const c10::Device dev(c10::DeviceType::PrivateUse1, device);
+  if (storage_too) {
+    c10::StorageImpl* s = storage_impl(t);
+    s->mutable_data_ptr().unsafe_set_device(dev);
+    s->set_allocator(&device_allocator());
+  }
+  impl->set_storage_keep_dtype(t.storage());  // the device follows the storage
+  impl->_change_backend_component_keys(dev);
+}
+
 at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device) {
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   c10::StorageImpl* s = storage_impl(t);
-  if (s->data() == nullptr || c10::raw::intrusive_ptr::use_count(s) != 1 ||
-      c10::raw::intrusive_ptr::use_count(impl) != 1 ||
-      !device_allocator().owns(s->data_ptr()) || !impl->allow_tensor_metadata_change())
+  if (!retaggable_memory(s) || c10::raw::intrusive_ptr::use_count(s) != 1 ||
+      c10::raw::intrusive_ptr::use_count(impl) != 1 || !impl->allow_tensor_metadata_change())
     return at::Tensor();
-  const c10::Device dev(c10::DeviceType::PrivateUse1, device);
-  s->mutable_data_ptr().unsafe_set_device(dev);
-  s->set_allocator(&device_allocator());
-  impl->set_storage_keep_dtype(t.storage());  // the device follows the storage
-  impl->_change_backend_component_keys(dev);
+  retag_in_place(t, device, /*storage_too=*/true);
   return t;
 }
 

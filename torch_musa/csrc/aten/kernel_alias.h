@@ -51,6 +51,14 @@ at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like)
 // StorageImpl is made. Undefined when that does not apply.
 at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device);
 
+// The same for kernel-device tensors whose holders the caller has counted (a
+// compiled graph's results, hundreds per step, each made a new musa tensor and
+// Python object before): `retaggable_memory` says whether `s` came from the musa
+// allocator; `retag_in_place` turns `t` into a musa tensor on `device`, its
+// storage too when `storage_too` (the first of the tensors over it).
+bool retaggable_memory(const c10::StorageImpl* s);
+void retag_in_place(const at::Tensor& t, c10::DeviceIndex device, bool storage_too);
+
 // Moves the bytes behind host tensor `t` to musa `device` (adopting them when
 // they came from the musa pool and nothing else holds them, else copying).
 c10::Storage adopt_storage(const at::Tensor& t, c10::DeviceIndex device,

@@ -12,6 +12,7 @@
 #include "core/MUSAStream.h"
 #include "core/MUSAProfiler.h"
 
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 
@@ -221,16 +222,30 @@ PYBIND11_MODULE(_C, m) {
   });
   // _from_kernel_outputs: the way back. Tensors of the kernel device type become
   // musa tensors on `device` where they carry no index (host results; -1: the
-  // current device). Device
-  // memory is shared where the driver's kernels run on a device (cuda), host
-  // results are copied; tensors that shared a storage share one. The sequence
-  // itself comes back when it holds no such tensor. `strict`: every item must be
-  // one (callers that made them: jiterator, IPC).
+  // current device). A result that nothing else holds, over memory of the musa
+  // allocator (a compiled graph's fresh buffers under the cuda driver), becomes
+  // musa in place, the same Python object; other device memory is shared (cuda),
+  // host results are copied; tensors that shared a storage share one. The
+  // sequence itself comes back when every item stayed the same object.
+  // `strict`: every item must be a kernel-device tensor (callers that made them:
+  // jiterator, IPC).
   m.def("_from_kernel_outputs", [](const py::sequence& outs, int device, bool strict) -> py::object {
     const c10::Device kd = kernel_device(c10::DeviceIndex(device));
-    std::optional<py::list> out;
-    std::unordered_map<const c10::StorageImpl*, c10::Storage> storages;
     const size_t n = outs.size();
+    struct Item {
+      size_t index;
+      py::object obj;
+      const at::Tensor* tensor;
+      c10::DeviceIndex device;
+    };
+    std::vector<Item> items;
+    // Per storage: the results over it, and whether each may change in place.
+    struct Holders {
+      size_t tensors = 0;
+      bool in_place = true;
+      bool retagged = false;
+    };
+    ska::flat_hash_map<const c10::StorageImpl*, Holders> holders;
     for (size_t i = 0; i < n; ++i) {
       py::object o = outs[i];
       const at::Tensor* item = THPVariable_Check(o.ptr()) ? &THPVariable_Unpack(o.ptr()) : nullptr;
@@ -241,15 +256,41 @@ PYBIND11_MODULE(_C, m) {
                         : item->defined() ? item->device().str() : std::string("an undefined tensor"));
       if (!kernel_side) continue;
       const at::Tensor& t = *item;
+      const c10::DeviceIndex d = t.device().has_index() ? t.device().index()
+                                 : device >= 0 ? c10::DeviceIndex(device) : current_device();
+      Holders& h = holders[storage_impl(t)];
+      ++h.tensors;
+      // Only this sequence holds the object (and `o`), only the object holds the
+      // tensor, and the tensor is a plain dense one of this graph's making.
+      c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+      h.in_place = h.in_place && Py_REFCNT(o.ptr()) <= 2 && THPVariable_CheckExact(o.ptr()) &&
+                   c10::raw::intrusive_ptr::use_count(impl) == 1 &&
+                   impl->autograd_meta() == nullptr && t.layout() == at::kStrided &&
+                   !t._is_zerotensor() && !impl->is_python_dispatch() &&
+                   !impl->key_set().has(c10::DispatchKey::Functionalize) &&
+                   impl->allow_tensor_metadata_change();
+      items.push_back({i, std::move(o), item, d});
+    }
+    std::optional<py::list> out;
+    std::unordered_map<const c10::StorageImpl*, c10::Storage> shared;
+    for (Item& it : items) {
+      const at::Tensor& t = *it.tensor;
+      c10::StorageImpl* s = storage_impl(t);
+      Holders& h = holders[s];
+      // Nothing outside these results holds the storage: they all become musa.
+      if (h.in_place && c10::raw::intrusive_ptr::use_count(s) == h.tensors &&
+          (h.retagged || retaggable_memory(s))) {
+        retag_in_place(t, it.device, /*storage_too=*/!h.retagged);
+        h.retagged = true;
+        continue;
+      }
       if (!out) {
         out.emplace(n);
         for (size_t j = 0; j < n; ++j) (*out)[j] = outs[j];
       }
-      const c10::DeviceIndex d = t.device().has_index() ? t.device().index()
-                                 : device >= 0 ? c10::DeviceIndex(device) : current_device();
-      auto [hit, fresh] = storages.try_emplace(t.storage().unsafeGetStorageImpl());
-      if (fresh) hit->second = adopt_storage(t, d, /*refs_on_stack=*/0);
-      (*out)[i] = py::reinterpret_steal<py::object>(
+      auto [hit, fresh] = shared.try_emplace(s);
+      if (fresh) hit->second = adopt_storage(t, it.device, /*refs_on_stack=*/0);
+      (*out)[it.index] = py::reinterpret_steal<py::object>(
           THPVariable_Wrap(musa_tensor_over(hit->second, t)));
     }
     if (!out) return py::reinterpret_borrow<py::object>(outs);
