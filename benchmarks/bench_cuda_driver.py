@@ -23,6 +23,7 @@ cuda_driver.json, cuda_driver.md and cuda_driver.png to --out (with --profile al
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -265,12 +266,19 @@ def profile_step(step, device: str, steps: int, path: str) -> dict:
     return {"issue_ms": issued / steps * 1e3, "wall_ms": wall / steps * 1e3}
 
 
+def gc_collections() -> list[int]:
+    """Python's garbage collections so far, per generation: a side that makes more
+    Python objects per step collects more often, which a round's time includes."""
+    return [g["collections"] for g in gc.get_stats()]
+
+
 def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, compiled: bool) -> int:
     """One side of the training benchmark, in a process of its own: native cuda without
     torch_musa, or musa.
 
     Answers each line on stdin: 'warmup' with the loss, 'chunk' with seconds per step
-    over ``steps`` steps and the host's issue seconds per step, 'profile PATH' with
+    over ``steps`` steps, the host's issue seconds per step and the garbage collections
+    run meanwhile, 'profile PATH' with
     :func:`profile_step`'s figures.
     """
     if device == "musa":
@@ -283,7 +291,9 @@ def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, co
             print(step().item(), flush=True)
         elif line.strip() == "chunk":
             issue = []
-            print(json.dumps([time_loop(step, device, steps, issue), issue[0]]), flush=True)
+            before = gc_collections()
+            wall = time_loop(step, device, steps, issue)
+            print(json.dumps([wall, issue[0], sum(gc_collections()) - sum(before)]), flush=True)
         elif line.startswith("profile "):
             print(json.dumps(profile_step(step, device, steps, line.split(" ", 1)[1].strip())), flush=True)
     return 0
@@ -334,13 +344,15 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     for w in workers.values():
         w.ask("chunk")
     times, issue = {"musa": [], "cuda": []}, {"musa": [], "cuda": []}
+    collections = {"musa": 0, "cuda": 0}
     for i in range(rounds):
         got = {"musa": [], "cuda": []}
         for side in chunk_order(i, chunks):
             got[side].append(workers[side].ask("chunk"))
         for side, chunk_times in got.items():
-            times[side].append(statistics.mean(w for w, _ in chunk_times))
-            issue[side].append(statistics.mean(h for _, h in chunk_times))
+            times[side].append(statistics.mean(w for w, _, _ in chunk_times))
+            issue[side].append(statistics.mean(h for _, h, _ in chunk_times))
+            collections[side] += sum(c for _, _, c in chunk_times)
     if profile_dir:
         name = case.replace("-", "_") + ("_compiled" if compiled else "")
         for side, w in workers.items():
@@ -358,7 +370,10 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     row["steps_per_chunk"] = chunk
     row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
     row["warmup_losses"] = losses
+    row["gc_collections_per_step"] = {side: n / (rounds * chunk * chunks) for side, n in collections.items()}
     print_row(row)
+    print("  garbage collections per step: " + ", ".join(
+        f"{side} {n:.2f}" for side, n in row["gc_collections_per_step"].items()), flush=True)
     return row
 
 
