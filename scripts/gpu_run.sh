@@ -12,6 +12,7 @@
 #   STAGES="build spy" bash scripts/gpu_run.sh    # where a host-bound step's extra host time goes
 #                                                 # (py-spy: carry its wheel in .whl/)
 #   STAGES="build phases" bash scripts/gpu_run.sh # the same step's host time per phase
+#   STAGES="build moves" bash scripts/gpu_run.sh  # musa's host cost per tensor (list ops, compiled moves)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -83,6 +84,12 @@ if [[ " $STAGES " == *" phases "* ]]; then
   # "--case gpt2-b4x256 --compiled --cprofile" (cProfile tables of each side too).
   $PY benchmarks/step_phases.py --out "$RESULTS" ${PHASES_ARGS:-} || status=1
   $PY benchmarks/step_phases.py --out "$RESULTS" --back-to-back ${PHASES_ARGS:-} || status=1
+fi
+
+if [[ " $STAGES " == *" moves "* ]]; then
+  # musa's host cost per tensor: list ops (fused AdamW, foreach) and compiled graphs'
+  # argument and result moves, against native cuda and the bare aliases.
+  $PY benchmarks/bench_kernel_moves.py --out "$RESULTS" || status=1
 fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
