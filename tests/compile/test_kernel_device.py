@@ -201,7 +201,6 @@ def test_matmuls_are_padded_as_on_the_gpu(monkeypatch):
     monkeypatch.setattr(pad_mm, "should_pad", pad_mm.should_pad)  # restored after
     monkeypatch.setattr(pad_mm, "check_device", lambda a, b: a.device.type == b.device.type == KIND)
     monkeypatch.setattr(pad_mm, "has_triton", lambda: True)
-    monkeypatch.setattr(torch._inductor.config, "force_shape_pad", True)
     kernel_device._pads_matmuls_as_on_the_gpu(KIND)
     kernel_device._pads_matmuls_as_on_the_gpu(KIND)  # idempotent: one wrapper
     assert not hasattr(pad_mm.should_pad._musa_stock, "_musa_stock")
@@ -209,7 +208,10 @@ def test_matmuls_are_padded_as_on_the_gpu(monkeypatch):
     bias = torch.randn(51, device="musa")
     graphs = []
     fn = torch.compile(lambda a, b, c: torch.addmm(c, a, b) + a @ b, backend=route_backend(graphs.append))
-    got = fn(a, b, bias)
+    # config.patch, not monkeypatch: under torch 2.11 the monkeypatch's undo left the option
+    # hidden, and the next compilation in the process failed to read it.
+    with torch._inductor.config.patch(force_shape_pad=True):
+        got = fn(a, b, bias)
     (gm,) = graphs
     assert all(d.startswith(KIND) for d in placeholder_devices(gm))
     ops = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
