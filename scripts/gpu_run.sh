@@ -29,7 +29,8 @@ export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
 status=0
 
 if [[ " $STAGES " == *" build "* ]]; then
-  # Wheels the test suite needs that the machine may lack (carried in .whl/).
+  # Wheels the test suite needs that the machine may lack (carried in .whl/;
+  # scripts/gpu_wheels.sh downloads them).
   if compgen -G ".whl/*.whl" > /dev/null; then
     $PY -m pip install -q --no-index --no-deps --no-compile .whl/*.whl || exit 1
   fi
