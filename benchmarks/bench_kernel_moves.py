@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import platform
 import statistics
 import sys
 import time
@@ -183,8 +184,6 @@ def main(argv=None) -> int:
         cases.append(("592 x 64", tiny * 592))
         if kernel_device() == "cuda":  # GPT-2's 124M parameters: slow on the host's CPU
             cases.append(("GPT-2 small's 148", gpt2_shapes()))
-    import platform
-
     result = {"driver": _C._driver_name(), "kernel_device": kernel_device(), "torch": torch.__version__,
               "machine": torch.cuda.get_device_name() if kernel_device() == "cuda" else platform.processor()
               or platform.machine(), "rounds": args.rounds, "reps": args.reps,
