@@ -266,10 +266,10 @@ def profile_step(step, device: str, steps: int, path: str) -> dict:
     return {"issue_ms": issued / steps * 1e3, "wall_ms": wall / steps * 1e3}
 
 
-def gc_collections() -> list[int]:
-    """Python's garbage collections so far, per generation: a side that makes more
+def gc_collections() -> int:
+    """Python's garbage collections so far, all generations: a side that makes more
     Python objects per step collects more often, which a round's time includes."""
-    return [g["collections"] for g in gc.get_stats()]
+    return sum(g["collections"] for g in gc.get_stats())
 
 
 def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, compiled: bool) -> int:
@@ -293,7 +293,7 @@ def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, co
             issue = []
             before = gc_collections()
             wall = time_loop(step, device, steps, issue)
-            print(json.dumps([wall, issue[0], sum(gc_collections()) - sum(before)]), flush=True)
+            print(json.dumps([wall, issue[0], gc_collections() - before]), flush=True)
         elif line.startswith("profile "):
             print(json.dumps(profile_step(step, device, steps, line.split(" ", 1)[1].strip())), flush=True)
     return 0

@@ -106,7 +106,7 @@ def list_op_rows(cases, rounds: int, reps: int) -> list[dict]:
                    **{f"{side}_us": m for side, m in med.items()},
                    "ratio": med["musa"] / med[kernel_device()],
                    "wrapper_us_per_tensor": (med["musa"] - med["alias"]) / tensors,
-                   "rounds": {side: ts for side, ts in times.items()}}
+                   "rounds": times}
             rows.append(row)
             print_row(row)
         del lists
@@ -132,9 +132,9 @@ def move_rows(rounds: int, reps: int, n: int = 300) -> list[dict]:
         for k, fn in fns.items():
             times[k].append(one_call_us(fn, reps))
     med = {k: statistics.median(ts) for k, ts in times.items()}
+    results_us = med["make results + from_kernel_outputs"] - med["make results"]
     rows = [{"name": f"compiled graph: {n} results back to musa", "tensors": n,
-             "musa_us": med["make results + from_kernel_outputs"] - med["make results"],
-             "us_per_tensor": (med["make results + from_kernel_outputs"] - med["make results"]) / n},
+             "musa_us": results_us, "us_per_tensor": results_us / n},
             {"name": f"compiled graph: {n} arguments to the kernel device", "tensors": n,
              "musa_us": med["to_kernel_args"], "us_per_tensor": med["to_kernel_args"] / n}]
     for r in rows:
