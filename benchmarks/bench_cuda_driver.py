@@ -188,6 +188,16 @@ def bench_ops(rounds: int) -> list[dict]:
     return rows
 
 
+def paired_chunk_ratios(chunk_walls: list[dict]) -> dict:
+    """The ratio of each pair of chunks that ran next to each other (musa's j-th chunk of
+    a round against cuda's j-th, :func:`chunk_order`): a drift of the host slower than a
+    pair cancels in it. Median and quartiles over every pair of every round."""
+    pairs = [m / c for r in chunk_walls for m, c in zip(r["musa"], r["cuda"])]
+    q = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else [pairs[0]] * 3
+    return {"pair_ratio_median": statistics.median(pairs), "pair_ratio_q1": q[0], "pair_ratio_q3": q[2],
+            "pairs": len(pairs)}
+
+
 def summarise(name, kind, times, issue=None):
     """Medians and their ratio; each round's ratio (musa's round i against cuda's, run
     back to back) and their spread; with ``issue``, the host's issue time per call too."""
@@ -266,6 +276,35 @@ def profile_step(step, device: str, steps: int, path: str) -> dict:
     return {"issue_ms": issued / steps * 1e3, "wall_ms": wall / steps * 1e3}
 
 
+def pin_process(cpus: set[int]) -> set[int]:
+    """Pins every thread of this process (the autograd engine's device threads and the
+    GPU runtime's too, not only the caller) to ``cpus``; threads made later inherit it.
+    Both sides of a case share the same few CPUs, so that the scheduler cannot put one
+    side's chunk on a busier or slower core than the other's."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (ProcessLookupError, PermissionError):  # a thread that just ended
+            pass
+    return os.sched_getaffinity(0)
+
+
+def worker_cpus(spec: str) -> set[int] | None:
+    """The CPUs both training workers run on: 'all' leaves them unpinned; 'auto' takes the
+    last four of this process's CPUs where it has eight or more (the lent machines' 16),
+    else none; or a list such as '12-15' or '3,5'."""
+    if spec == "all":
+        return None
+    if spec == "auto":
+        mine = sorted(os.sched_getaffinity(0))
+        return set(mine[-4:]) if len(mine) >= 8 else None
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def gc_collections() -> int:
     """Python's garbage collections so far, all generations: a side that makes more
     Python objects per step collects more often, which a round's time includes."""
@@ -276,10 +315,10 @@ def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, co
     """One side of the training benchmark, in a process of its own: native cuda without
     torch_musa, or musa.
 
-    Answers each line on stdin: 'warmup' with the loss, 'chunk' with seconds per step
-    over ``steps`` steps, the host's issue seconds per step and the garbage collections
-    run meanwhile, 'profile PATH' with
-    :func:`profile_step`'s figures.
+    Answers each line on stdin: 'warmup' with the loss, 'pin CPUS' (comma-separated) with
+    the CPUs it now runs on, 'chunk' with seconds per step over ``steps`` steps, the
+    host's issue seconds per step and the garbage collections run meanwhile, 'profile
+    PATH' with :func:`profile_step`'s figures.
     """
     if device == "musa":
         import torch_musa  # noqa: F401
@@ -289,6 +328,9 @@ def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, co
     for line in sys.stdin:
         if line.strip() == "warmup":
             print(step().item(), flush=True)
+        elif line.startswith("pin "):
+            cpus = {int(c) for c in line.split(" ", 1)[1].split(",")}
+            print(json.dumps(sorted(pin_process(cpus))), flush=True)
         elif line.strip() == "chunk":
             issue = []
             before = gc_collections()
@@ -325,9 +367,10 @@ class Worker:
 
 
 def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | None = None,
-               compiled: bool = False) -> dict:
+               compiled: bool = False, cpus: set[int] | None = None) -> dict:
     """Both sides run in fresh processes of their own: a long-lived process that had
-    compiled an earlier case ran the next eager one up to 1.4x slower (lent H100)."""
+    compiled an earlier case ran the next eager one up to 1.4x slower (lent H100). With
+    ``cpus``, both are pinned to them after the warm-up (compilation keeps every CPU)."""
     cfg = TRAIN_CASES[case]
     batch, seq, n_layer = cfg["batch"], cfg["seq"], cfg["n_layer"]
     steps = steps or cfg["steps"]
@@ -338,6 +381,9 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     for _ in range(3):  # warm-up steps (allocator, kernel choice)
         for side, w in workers.items():
             losses[side].append(w.ask("warmup", float))
+    if cpus:
+        for w in workers.values():
+            w.ask("pin " + ",".join(map(str, sorted(cpus))))
 
     # One untimed chunk each (the GPU's clocks, lazily built workspaces); then each
     # round's chunks interleaved, a side's round time the mean of its chunks.
@@ -345,10 +391,12 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
         w.ask("chunk")
     times, issue = {"musa": [], "cuda": []}, {"musa": [], "cuda": []}
     collections = {"musa": 0, "cuda": 0}
+    chunk_walls = []  # per round: each side's chunks in the order they ran
     for i in range(rounds):
         got = {"musa": [], "cuda": []}
         for side in chunk_order(i, chunks):
             got[side].append(workers[side].ask("chunk"))
+        chunk_walls.append({side: [w for w, _, _ in got[side]] for side in got})
         for side, chunk_times in got.items():
             times[side].append(statistics.mean(w for w, _, _ in chunk_times))
             issue[side].append(statistics.mean(h for _, h, _ in chunk_times))
@@ -371,9 +419,14 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
     row["warmup_losses"] = losses
     row["gc_collections_per_step"] = {side: n / (rounds * chunk * chunks) for side, n in collections.items()}
+    row["chunk_walls"] = chunk_walls
+    row.update(paired_chunk_ratios(chunk_walls))
+    row["cpus"] = sorted(cpus) if cpus else None
     print_row(row)
     print("  garbage collections per step: " + ", ".join(
-        f"{side} {n:.2f}" for side, n in row["gc_collections_per_step"].items()), flush=True)
+        f"{side} {n:.2f}" for side, n in row["gc_collections_per_step"].items())
+        + f"; paired chunks: median {row['pair_ratio_median']:.3f}, quartiles "
+        f"{row['pair_ratio_q1']:.3f}-{row['pair_ratio_q3']:.3f} of {row['pairs']}", flush=True)
     return row
 
 
@@ -391,18 +444,23 @@ def write(out: str, result: dict) -> None:
     with open(os.path.join(out, "cuda_driver.json"), "w") as f:
         json.dump(result, f, indent=2)
     m = result["machine"]
+    cpus = {tuple(r["cpus"]) for r in result["rows"] if r.get("cpus")}
+    pinned = f" (training workers pinned to CPUs {', '.join(map(str, cpus.pop()))})" if len(cpus) == 1 else ""
     lines = [f"# musa (cuda driver) vs native cuda — {m['gpu']}", "",
              f"torch {m['torch']} (CUDA {m['cuda']}), Python {m['python']}, "
-             f"{m['cpu_count']} CPU cores; medians of {result['rounds']} alternating rounds (training: "
+             f"{m['cpu_count']} CPU cores{pinned}; medians of {result['rounds']} alternating rounds (training: "
              f"{result['train_rounds']}, each interleaving the sides in chunks of a few steps); a training "
              "target holds in every round; issue: the host's time "
-             "to issue a step, musa/cuda.", "",
-             "| work | musa µs | cuda µs | musa/cuda | rounds' spread | issue | target | |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "to issue a step, musa/cuda; paired chunks: the median (quartiles) of the ratios of "
+             "chunks that ran next to each other.", "",
+             "| work | musa µs | cuda µs | musa/cuda | rounds' spread | issue | paired chunks | target | |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in result["rows"]:
         issue = f"{r['issue_ratio']:.3f}" if "issue_ratio" in r else ""
+        paired = (f"{r['pair_ratio_median']:.3f} ({r['pair_ratio_q1']:.3f}–{r['pair_ratio_q3']:.3f})"
+                  if "pair_ratio_median" in r else "")
         lines.append(f"| {r['name']} | {r['musa_us']:.1f} | {r['cuda_us']:.1f} | {r['ratio']:.3f} | "
-                     f"{r['ratio_min']:.3f}–{r['ratio_max']:.3f} | {issue} | ≤ {r['target']} | "
+                     f"{r['ratio_min']:.3f}–{r['ratio_max']:.3f} | {issue} | {paired} | ≤ {r['target']} | "
                      f"{'ok' if r['ok'] else 'MISS'} |")
     with open(os.path.join(out, "cuda_driver.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -446,6 +504,9 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also write torch.profiler tables of the training step (cuda_driver_gpt2_profile_*.txt)")
+    ap.add_argument("--cpus", default="auto",
+                    help="CPUs both training workers share after the warm-up: auto (the last 4 of 8 or more), "
+                         "all (unpinned), or a list such as 12-15")
     ap.add_argument("--train-worker", choices=("musa", "cuda"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.train_worker:
@@ -466,7 +527,7 @@ def main(argv=None) -> int:
         for case in args.cases.split(","):
             for compiled in {"eager": [False], "compiled": [True], "both": [False, True]}[args.train]:
                 rows.append(bench_gpt2(train_rounds, args.steps, case, args.out if args.profile else None,
-                                       compiled))
+                                       compiled, worker_cpus(args.cpus)))
     write(args.out, {"machine": machine(), "rounds": args.rounds, "train_rounds": train_rounds, "rows": rows})
     return 0
 

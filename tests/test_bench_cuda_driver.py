@@ -41,3 +41,39 @@ def test_a_training_worker_answers_warmup_chunk_and_profile(bench, tmp_path):
     finally:
         worker.close()
     assert worker.proc.returncode == 0
+
+
+def test_paired_chunk_ratios_compare_chunks_that_ran_side_by_side(bench):
+    # Round 2 ran on a host twice as slow for both sides: the pairs' ratios do not see it.
+    walls = [{"musa": [1.1, 1.1], "cuda": [1.0, 1.0]}, {"musa": [2.2, 2.4], "cuda": [2.0, 2.0]}]
+    got = bench.paired_chunk_ratios(walls)
+    assert got["pairs"] == 4
+    assert got["pair_ratio_median"] == pytest.approx(1.1)
+    assert got["pair_ratio_q1"] == pytest.approx(1.1) and got["pair_ratio_q3"] > 1.1
+
+
+def test_worker_cpus_parses_lists_and_leaves_small_machines_unpinned(bench, monkeypatch):
+    assert bench.worker_cpus("all") is None
+    assert bench.worker_cpus("12-15") == {12, 13, 14, 15}
+    assert bench.worker_cpus("3,5-6") == {3, 5, 6}
+    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert bench.worker_cpus("auto") == {12, 13, 14, 15}
+    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert bench.worker_cpus("auto") is None
+
+
+def test_a_pinned_worker_runs_every_thread_on_the_cpus_it_was_given(bench):
+    import os
+
+    cpu = max(os.sched_getaffinity(0))
+    worker = bench.Worker("musa", batch=1, seq=16, n_layer=1, steps=2, compiled=False)
+    try:
+        worker.ask("warmup", float)
+        assert worker.ask(f"pin {cpu}") == [cpu]
+        tasks = os.listdir(f"/proc/{worker.proc.pid}/task")
+        assert len(tasks) > 1  # the stream's and the intra-op pool's threads too
+        assert all(os.sched_getaffinity(int(t)) == {cpu} for t in tasks)
+        worker.ask("chunk")  # still answers
+    finally:
+        worker.close()
+    assert worker.proc.returncode == 0
