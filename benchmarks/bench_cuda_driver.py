@@ -12,8 +12,9 @@ small ops (MUSA graph against CUDA graph), and GPT-2-small training steps
 and a 2-layer one at b4x256 (``--cases``). Each is measured in alternating rounds on
 musa and on cuda (a training round's steps in short chunks that alternate between the
 sides); the ratio is median(musa) / median(cuda), and for the training
-steps each round's ratio, their spread and the host's issue time per step are kept
-too (a training target must hold in every round).
+steps each round's ratio, their spread, the ratios of chunks that ran side by side
+and the host's issue time per step are kept too (a training target must hold in every
+round; ``--cpus`` pins both sides' workers to the same CPUs).
 The op table runs both sides in this process (forward only: once a PrivateUse1
 backend is registered, PyTorch's autograd engine cannot run a CUDA backward in that
 process, pytorch/pytorch#161129); each training case runs each side in a fresh worker
@@ -279,8 +280,8 @@ def profile_step(step, device: str, steps: int, path: str) -> dict:
 def pin_process(cpus: set[int]) -> set[int]:
     """Pins every thread of this process (the autograd engine's device threads and the
     GPU runtime's too, not only the caller) to ``cpus``; threads made later inherit it.
-    Both sides of a case share the same few CPUs, so that the scheduler cannot put one
-    side's chunk on a busier or slower core than the other's."""
+    With both sides of a case on the same few CPUs the scheduler cannot put one side's
+    chunk on a busier or slower core than the other's (``--cpus``)."""
     for tid in os.listdir("/proc/self/task"):
         try:
             os.sched_setaffinity(int(tid), cpus)
@@ -504,9 +505,10 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-ops", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also write torch.profiler tables of the training step (cuda_driver_gpt2_profile_*.txt)")
-    ap.add_argument("--cpus", default="auto",
-                    help="CPUs both training workers share after the warm-up: auto (the last 4 of 8 or more), "
-                         "all (unpinned), or a list such as 12-15")
+    ap.add_argument("--cpus", default="all",
+                    help="CPUs both training workers share after the warm-up: all (unpinned, the default), "
+                         "auto (the last 4 of 8 or more), or a list such as 12-15; pinned on a lent H100, "
+                         "single rounds strayed no less (docs/PERFORMANCE.md, run 6)")
     ap.add_argument("--train-worker", choices=("musa", "cuda"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.train_worker:
