@@ -463,6 +463,11 @@ def write(out: str, result: dict) -> None:
         lines.append(f"| {r['name']} | {r['musa_us']:.1f} | {r['cuda_us']:.1f} | {r['ratio']:.3f} | "
                      f"{r['ratio_min']:.3f}–{r['ratio_max']:.3f} | {issue} | {paired} | ≤ {r['target']} | "
                      f"{'ok' if r['ok'] else 'MISS'} |")
+    # A training target holds in every round: each round's ratio, in the order they ran.
+    train = [r for r in result["rows"] if r["kind"].startswith(("train", "host"))]
+    if train:
+        lines += ["", "| training step | each round, musa/cuda |", "|---|---|"]
+        lines += [f"| {r['name']} | {', '.join(f'{x:.3f}' for x in r['round_ratios'])} |" for r in train]
     with open(os.path.join(out, "cuda_driver.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     try:

@@ -77,3 +77,16 @@ def test_a_pinned_worker_runs_every_thread_on_the_cpus_it_was_given(bench):
     finally:
         worker.close()
     assert worker.proc.returncode == 0
+
+
+def test_the_report_lists_each_training_rounds_ratio(bench, tmp_path):
+    times = {"musa": [1.05, 1.2, 1.0], "cuda": [1.0, 1.0, 1.0]}
+    row = bench.summarise("GPT-2 small step b4x256 bf16", "host_bound", times, times)
+    row.update(bench.paired_chunk_ratios([{"musa": [1.05], "cuda": [1.0]}]), cpus=None)
+    op = bench.summarise("add 64x64", "small", {"musa": [1.1], "cuda": [1.0]})
+    machine = {"gpu": "test GPU", "torch": "x", "cuda": "y", "python": "3", "cpu_count": 2}
+    bench.write(str(tmp_path), {"machine": machine, "rounds": 3, "train_rounds": 3, "rows": [op, row]})
+    table = (tmp_path / "cuda_driver.md").read_text()
+    assert "| GPT-2 small step b4x256 bf16 | 1.050, 1.200, 1.000 |" in table
+    assert "| add 64x64 | 1.100 |" not in table  # ops have no per-round target
+    assert row["ok"] is False  # one round over 1.10 fails the row
