@@ -46,7 +46,8 @@ c10::Device kernel_device(c10::DeviceIndex musa_index);
 // `storage`.
 at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like);
 
-// A fresh host-kernel result that nothing else holds, over musa pool memory,
+// A fresh kernel result that nothing else holds, over memory of the musa
+// allocator (the host pool, or under the cuda driver CUDA's caching allocator),
 // turned into the musa tensor itself: only the tags change, no TensorImpl or
 // StorageImpl is made. Undefined when that does not apply.
 at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device);

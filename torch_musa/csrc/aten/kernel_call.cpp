@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -102,10 +103,11 @@ bool sync_op(const char* op, const char* overload) {
 // PrivateUse1 the CPU's memory format (group_norm keeps a channels_last input
 // channels_last for the CPU and PrivateUse1, contiguous for CUDA). Under the cuda
 // driver their read-only arguments are made contiguous; the host kernels take both.
+// Asked for every non-contiguous argument under the cuda driver (a transposed weight
+// of each matmul): compared in place, without a string made and hashed per call.
 bool contiguous_input_op(const char* op) {
-  static const std::unordered_set<std::string> names = {
-      "aten::native_group_norm", "aten::native_group_norm_backward"};
-  return names.count(op) > 0;
+  return std::strcmp(op, "aten::native_group_norm") == 0 ||
+         std::strcmp(op, "aten::native_group_norm_backward") == 0;
 }
 }  // namespace
 DebugHook debug_hook() { return g_debug_hook.load(std::memory_order_relaxed); }
@@ -347,7 +349,7 @@ at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
   }
   for (auto& [host, musa] : adopted_)  // a few at most: fresh results are retagged
     if (host == s) return musa_tensor_over(musa, t);
-  if (refs == 1 && config().kernel_type == c10::DeviceType::CPU)
+  if (refs == 1)
     if (at::Tensor m = retag_as_musa(t, device()); m.defined()) return m;
   c10::Storage ms = adopt_storage(t, device(), refs);
   adopted_.emplace_back(s, ms);

@@ -16,6 +16,7 @@
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/copy_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
@@ -140,18 +141,23 @@ bool copyable(const at::Tensor& t) {
   return t.device().is_cpu() || t.device().type() == config().kernel_type;
 }
 
+// The kernel-device form of `self` for a copy into `out` (the alias of a musa
+// destination): one host storage for one musa storage, so that the kernel's copy
+// refuses a partial overlap (x[1:] = x[:-1]) as the CPU device does.
+at::Tensor copy_source_alias(const at::Tensor& self, const at::Tensor& dst,
+                             const at::Tensor& out) {
+  if (dst.is_privateuseone() && self.storage().is_alias_of(dst.storage()))
+    return kernel_alias_over(out.storage(), self);
+  return kernel_alias(self, /*materialize=*/false);  // only read
+}
+
 // non_blocking is honoured by the kernels' own copy (the host driver copies
 // eagerly; the cuda driver enqueues on the current stream).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.device().is_cpu() && share_unified(self, dst))  // unified memory: no copy
     return dst;
   at::Tensor out = dst.is_privateuseone() ? kernel_alias(dst) : dst;
-  // One host storage for one musa storage: the host copy then refuses a
-  // partial overlap (x[1:] = x[:-1]) as the CPU device does.
-  at::Tensor src = !self.is_privateuseone() ? self
-                   : dst.is_privateuseone() && self.storage().is_alias_of(dst.storage())
-                       ? kernel_alias_over(out.storage(), self)
-                       : kernel_alias(self, /*materialize=*/false);  // only read
+  at::Tensor src = self.is_privateuseone() ? copy_source_alias(self, dst, out) : self;
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
   KernelThreads threads;  // a large copy is parallel
@@ -179,6 +185,31 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (DebugHook check = value_check_hook(); C10_UNLIKELY(check != nullptr))
     check("aten::_copy_from", {self, dst}, {dst});  // NaN/Inf entering musa from a CPU tensor
   return dst;
+}
+
+// copy_ within one musa device (a training step's casts: hundreds per step) runs the
+// kernel device's copy_ on aliases here. PyTorch's generic copy_ reaches the same
+// copy through _copy_from: a second dispatch, and the destination returned by value,
+// which takes and drops a reference to its Python object under the GIL. Every other
+// copy (another device, the host, zero tensors) takes the generic path.
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (!self.is_privateuseone() || !src.is_privateuseone() || self.device() != src.device() ||
+      self._is_zerotensor() || src._is_zerotensor())
+    return at::native::copy_(self, src, non_blocking);
+  if (self.is_same(src)) return self;
+  at::Tensor out = kernel_alias(self);
+  at::Tensor in = copy_source_alias(src, self, out);
+  KernelThreads threads;  // a large copy is parallel
+  {
+    profiler::CopySpan span("Memcpy DtoD", self.device().index(),
+                            int64_t(self.numel()) * int64_t(self.element_size()));
+    profiler::UnrecordedInternals internals;
+    out.copy_(in, non_blocking);
+  }
+  recycle_alias(in);  // the source first: an alias over the destination's storage holds it
+  in.reset();
+  recycle_alias(out);
+  return self;
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
@@ -349,6 +380,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_storage);
   m.impl("set_.source_Tensor", set_tensor);
   m.impl("set_", set_empty);
+  m.impl("copy_", copy_);
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
