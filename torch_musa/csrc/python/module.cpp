@@ -19,7 +19,6 @@
 #include <torch/extension.h>
 
 #include <map>
-#include <unordered_map>
 #include <optional>
 
 namespace torch_musa {
@@ -239,11 +238,13 @@ PYBIND11_MODULE(_C, m) {
       c10::DeviceIndex device;
     };
     std::vector<Item> items;
-    // Per storage: the results over it, and whether each may change in place.
+    // Per storage: the results over it, whether each may change in place, and the
+    // musa storage they share when they cannot.
     struct Holders {
       size_t tensors = 0;
       bool in_place = true;
       bool retagged = false;
+      c10::Storage adopted;
     };
     ska::flat_hash_map<const c10::StorageImpl*, Holders> holders;
     for (size_t i = 0; i < n; ++i) {
@@ -272,7 +273,6 @@ PYBIND11_MODULE(_C, m) {
       items.push_back({i, std::move(o), item, d});
     }
     std::optional<py::list> out;
-    std::unordered_map<const c10::StorageImpl*, c10::Storage> shared;
     for (Item& it : items) {
       const at::Tensor& t = *it.tensor;
       c10::StorageImpl* s = storage_impl(t);
@@ -288,10 +288,9 @@ PYBIND11_MODULE(_C, m) {
         out.emplace(n);
         for (size_t j = 0; j < n; ++j) (*out)[j] = outs[j];
       }
-      auto [hit, fresh] = shared.try_emplace(s);
-      if (fresh) hit->second = adopt_storage(t, it.device, /*refs_on_stack=*/0);
+      if (!h.adopted) h.adopted = adopt_storage(t, it.device, /*refs_on_stack=*/0);
       (*out)[it.index] = py::reinterpret_steal<py::object>(
-          THPVariable_Wrap(musa_tensor_over(hit->second, t)));
+          THPVariable_Wrap(musa_tensor_over(h.adopted, t)));
     }
     if (!out) return py::reinterpret_borrow<py::object>(outs);
     return *out;
