@@ -139,3 +139,28 @@ def test_foreach_ops_over_views_and_a_repeated_tensor():
         _assert_same(got, want)
     # One op for the list where the kernel device has a multi-tensor kernel.
     assert per_tensor == (0 if routed else N + 1)
+
+
+def test_list_ops_in_threads_that_exit():
+    """Each thread keeps the aliases of long lists in a pool of its own, freed when it
+    exits; threads that ran list ops and ended leave the others' results intact."""
+    import threading
+
+    def run(dev, results, i):
+        ts = [torch.full((3,), float(j), device=dev) for j in range(N * 3)]
+        torch._foreach_add_(ts, float(i))
+        results[i] = torch.stack(ts).cpu()
+
+    for round_ in range(2):
+        got, want = {}, {}
+        threads = [threading.Thread(target=run, args=("musa", got, i)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i in range(3):
+            run("cpu", want, i)
+            assert torch.equal(got[i], want[i]), (round_, i)
+    run("musa", got, 7)  # the main thread's pool is untouched by the threads' exits
+    run("cpu", want, 7)
+    assert torch.equal(got[7], want[7])
