@@ -77,12 +77,13 @@ TORCH_MUSA_FAST_TLS thread_local int tl_pool_n = 0;
 // Sized for a fused step over ~1,600 parameters (2048 held 409: a 592-tensor
 // step's aliases cost a third more each); a few MB at most, only once used.
 constexpr size_t kOverflowSize = 8192;
-std::vector<c10::TensorImpl*>* const kOverflowGone = reinterpret_cast<std::vector<c10::TensorImpl*>*>(1);
-// The pool through an initial-exec pointer: the thread_local object itself is reached
-// through __tls_get_addr, a fifth of a list op's cost per alias.
-TORCH_MUSA_FAST_TLS thread_local std::vector<c10::TensorImpl*>* tl_overflow_impls = nullptr;
+using ImplVector = std::vector<c10::TensorImpl*>;
+ImplVector* const kOverflowGone = reinterpret_cast<ImplVector*>(1);
+// The pool through an initial-exec pointer: the thread_local object itself is
+// reached through __tls_get_addr on every take and return.
+TORCH_MUSA_FAST_TLS thread_local ImplVector* tl_overflow_impls = nullptr;
 struct OverflowPool {
-  std::vector<c10::TensorImpl*> impls;
+  ImplVector impls;
   ~OverflowPool() {
     tl_overflow_impls = kOverflowGone;  // a late alias of this exiting thread is not pooled
     for (c10::TensorImpl* impl : impls) c10::raw::intrusive_ptr::decref(impl);
@@ -91,15 +92,15 @@ struct OverflowPool {
 thread_local OverflowPool tl_overflow;
 
 // This thread's overflow pool; null once the thread is exiting.
-std::vector<c10::TensorImpl*>* overflow() {
-  std::vector<c10::TensorImpl*>* impls = tl_overflow_impls;
+ImplVector* overflow() {
+  ImplVector* impls = tl_overflow_impls;
   if (C10_UNLIKELY(impls == nullptr)) impls = tl_overflow_impls = &tl_overflow.impls;
   return impls == kOverflowGone ? nullptr : impls;
 }
 
 c10::TensorImpl* take_pooled() {
   if (C10_LIKELY(tl_pool_n > 0)) return tl_pool[--tl_pool_n];
-  std::vector<c10::TensorImpl*>* impls = overflow();
+  ImplVector* impls = overflow();
   if (!impls || impls->empty()) return nullptr;
   c10::TensorImpl* impl = impls->back();
   impls->pop_back();
@@ -145,7 +146,7 @@ void recycle_alias(at::Tensor& a) {
       as->data_ptr().get_deleter() != &release_storage)
     return;
   const bool fast = C10_LIKELY(tl_pool_n < kPoolSize);
-  std::vector<c10::TensorImpl*>* impls = fast ? nullptr : overflow();
+  ImplVector* impls = fast ? nullptr : overflow();
   if (!fast && (!impls || impls->size() >= kOverflowSize)) return;
   as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));  // drop the musa storage now
   c10::TensorImpl* pooled = a.unsafeReleaseTensorImpl();
