@@ -151,6 +151,16 @@ at::Tensor copy_source_alias(const at::Tensor& self, const at::Tensor& dst,
   return kernel_alias(self, /*materialize=*/false);  // only read
 }
 
+// The copy itself, between kernel-device tensors (or a CPU one): parallel when large,
+// one span in torch.profiler, the kernel's own op calls left out of the record.
+void kernel_copy(const at::Tensor& out, const at::Tensor& src, bool non_blocking,
+                 const char* span_name, c10::DeviceIndex device, const at::Tensor& dst) {
+  KernelThreads threads;
+  profiler::CopySpan span(span_name, device, int64_t(dst.numel()) * int64_t(dst.element_size()));
+  profiler::UnrecordedInternals internals;
+  out.copy_(src, non_blocking);
+}
+
 // non_blocking is honoured by the kernels' own copy (the host driver copies
 // eagerly; the cuda driver enqueues on the current stream).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
@@ -160,7 +170,6 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor src = self.is_privateuseone() ? copy_source_alias(self, dst, out) : self;
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
-  KernelThreads threads;  // a large copy is parallel
   if (C10_UNLIKELY(sync_debug_mode() != 0) && !non_blocking &&
       self.is_privateuseone() != dst.is_privateuseone())
     sync_point("a blocking copy between musa and the host");
@@ -168,14 +177,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // stream has run, as CUDA's does (host_read_wait, driver/Driver.h).
   if (!non_blocking && self.is_privateuseone() && !dst.is_privateuseone())
     wait_for_host_read(current_stream(self.device().index()));
-  {
-    profiler::CopySpan span(!self.is_privateuseone() ? "Memcpy HtoD"
-                            : dst.is_privateuseone() ? "Memcpy DtoD" : "Memcpy DtoH",
-                            dst.is_privateuseone() ? dst.device().index() : self.device().index(),
-                            int64_t(dst.numel()) * int64_t(dst.element_size()));
-    profiler::UnrecordedInternals internals;
-    out.copy_(src, non_blocking);
-  }
+  kernel_copy(out, src, non_blocking,
+              !self.is_privateuseone() ? "Memcpy HtoD"
+              : dst.is_privateuseone() ? "Memcpy DtoD" : "Memcpy DtoH",
+              dst.is_privateuseone() ? dst.device().index() : self.device().index(), dst);
   // A pinned block freed while this copy may still run is not reused before it has.
   if (non_blocking && self.is_privateuseone() != dst.is_privateuseone()) {
     const at::Tensor& host = self.is_privateuseone() ? dst : self;
@@ -199,13 +204,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.is_same(src)) return self;
   at::Tensor out = kernel_alias(self);
   at::Tensor in = copy_source_alias(src, self, out);
-  KernelThreads threads;  // a large copy is parallel
-  {
-    profiler::CopySpan span("Memcpy DtoD", self.device().index(),
-                            int64_t(self.numel()) * int64_t(self.element_size()));
-    profiler::UnrecordedInternals internals;
-    out.copy_(in, non_blocking);
-  }
+  kernel_copy(out, in, non_blocking, "Memcpy DtoD", self.device().index(), self);
   recycle_alias(in);  // the source first: an alias over the destination's storage holds it
   in.reset();
   recycle_alias(out);
