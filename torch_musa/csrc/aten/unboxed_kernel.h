@@ -146,13 +146,16 @@ template <> struct MapResult<const at::Tensor&> {
     return res.argument(r);
   }
 };
+// Each element is moved out of the kernel's tuple: a copy would hold a second
+// reference to the result, and to_musa retags only a result nothing else holds
+// (every multi-output op's results took the adopt-and-rewrap path).
 template <class... Ts> struct MapResult<std::tuple<Ts...>> {
   static std::tuple<Ts...> run(Results& res, std::tuple<Ts...> r) {
     return std::apply(
         [&](auto&&... e) {
-          return std::tuple<Ts...>(MapResult<Ts>::run(res, static_cast<Ts>(e))...);
+          return std::tuple<Ts...>(MapResult<Ts>::run(res, std::forward<Ts>(e))...);
         },
-        r);
+        std::move(r));
   }
 };
 
