@@ -11,6 +11,10 @@ cuDNN kernels.
 While ``torch.compile`` (or export) traces, the inputs are fake tensors and the
 choice is asked of real kernel-device stand-ins instead (:func:`sdp_choice`),
 so compiled code takes the same kernel as eager.
+
+Eager calls run the same steps in C++ (``csrc/python/gpu_attention.cpp``, which
+:func:`register` installs): this Python entry serves the traced calls and a mask
+that requires grad, which the C++ kernel hands back.
 """
 from __future__ import annotations
 
@@ -26,7 +30,6 @@ MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3
 #: The device whose kernels run musa's ops under this driver.
 KERNEL_DEVICE = "cuda"
 
-_libs: list = []
 
 
 def _needs_grad(*ts) -> bool:
@@ -114,10 +117,11 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
 
 
 def register() -> None:
-    """Install the kernel (idempotent); called under TORCH_MUSA_DRIVER=cuda."""
-    if _libs:
-        return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("scaled_dot_product_attention", _sdpa, "AutogradPrivateUse1")
-    lib.impl("scaled_dot_product_attention", _sdpa, "PrivateUse1")
-    _libs.append(lib)
+    """Install the kernel (idempotent); called under TORCH_MUSA_DRIVER=cuda.
+
+    The kernel is C++ (``csrc/python/gpu_attention.cpp``: the same steps as
+    :func:`_sdpa`, without a Python call per attention); it hands traced inputs, and
+    a mask that requires grad, to :func:`_sdpa`."""
+    from torch_musa import _C
+
+    _C._register_gpu_sdpa(_sdpa)

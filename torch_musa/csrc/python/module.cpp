@@ -29,6 +29,7 @@ std::map<std::string, double> host_memory_stats();
 void reset_host_memory_stats(bool peak);
 void init_memory(pybind11::module_& m);
 void init_graphs(pybind11::module_& m);
+void init_gpu_attention(pybind11::module_& m);
 }
 
 namespace {
@@ -310,4 +311,5 @@ PYBIND11_MODULE(_C, m) {
   init_nan_check(m);
   init_memory(m);  // python/memory.cpp
   init_graphs(m);  // python/graphs.cpp
+  init_gpu_attention(m);  // python/gpu_attention.cpp
 }
