@@ -149,6 +149,27 @@ def test_step_window(planted, net):
     assert c.first_failure["step"] == 1
 
 
+def test_tf32_matmuls_are_judged_at_tf32_tolerance_and_a_wrong_one_still_fails(planted):
+    """With TF32 allowed, musa's matmuls under the cuda driver are CUDA's TF32 ones: the tool
+    must not report them (a real TF32 product of these sizes is ~1e-3 off float32), and a
+    wrong kernel must still stand out. Under the host driver the kernels stay float32."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(64, 64, generator=g).to(DEV) for _ in range(2))
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        with CompareWithCPU(verbose=False, max_printed=0) as c:
+            torch.mm(a, b)
+            torch.addmm(a, a, b)
+        assert c.counts["checked"] == 2 and c.counts["failed"] == 0
+        planted("mm", lambda x, y: (torch.mm(x.cpu(), y.cpu()) + 0.5).to(x.device))
+        with CompareWithCPU(verbose=False, max_printed=0) as c:
+            torch.mm(a, b)
+        assert c.counts["failed"] == 1
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def test_rank_selection(planted, tmp_path, monkeypatch):
     planted("exp", bad_exp)
     x = torch.randn(4, device=DEV)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from torch_musa._driver import pick
 from torch_musa.testing.tolerances import tolerance
 
 from . import module_tracker as _mt
@@ -94,6 +95,10 @@ _CONV_OPS = {"convolution", "convolution_backward", "cudnn_convolution",
              "cudnn_convolution_transpose", "_convolution"}
 # float32 through TF32 (10-bit mantissa): what CUDA does by default for convolutions
 TF32_TOLERANCE = (1e-3, 1e-2)
+#: Device types whose float32 matmuls and convolutions follow the TF32 flags: CUDA's, and
+#: musa's where its kernels are the GPU's (the host driver's compute in float32 whatever
+#: the flags say, so its comparisons keep the float32 tolerance).
+TF32_DEVICE_TYPES = ("cuda",) + pick(host=(), cuda=("musa",))
 
 
 def _uses_tf32(name: OpName) -> bool:
@@ -408,7 +413,7 @@ class CompareWithCPU(_WindowedMode):
             dev_side = _mutated_args(name.schema, args, kwargs)
             cpu_side = _mutated_args(name.schema, cpu_args, cpu_kwargs)
         atol, rtol = self._atol, self._rtol
-        if atol is None and dev.type == "cuda" and _uses_tf32(name):
+        if atol is None and dev.type in TF32_DEVICE_TYPES and _uses_tf32(name):
             atol, rtol = TF32_TOLERANCE
         ok, max_abs, max_rel, problems, tol = compare_outputs(dev_side, cpu_side, atol, rtol)
         self.counts["checked"] += 1
