@@ -31,7 +31,6 @@ MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3
 KERNEL_DEVICE = "cuda"
 
 
-
 def _needs_grad(*ts) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
