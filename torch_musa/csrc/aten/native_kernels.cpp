@@ -154,9 +154,9 @@ at::Tensor copy_source_alias(const at::Tensor& self, const at::Tensor& dst,
 // The copy itself, between kernel-device tensors (or a CPU one): parallel when large,
 // one span in torch.profiler, the kernel's own op calls left out of the record.
 void kernel_copy(const at::Tensor& out, const at::Tensor& src, bool non_blocking,
-                 const char* span_name, c10::DeviceIndex device, const at::Tensor& dst) {
+                 const char* span_name, c10::DeviceIndex device) {
   KernelThreads threads;
-  profiler::CopySpan span(span_name, device, int64_t(dst.numel()) * int64_t(dst.element_size()));
+  profiler::CopySpan span(span_name, device, int64_t(out.numel()) * int64_t(out.element_size()));
   profiler::UnrecordedInternals internals;
   out.copy_(src, non_blocking);
 }
@@ -180,7 +180,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   kernel_copy(out, src, non_blocking,
               !self.is_privateuseone() ? "Memcpy HtoD"
               : dst.is_privateuseone() ? "Memcpy DtoD" : "Memcpy DtoH",
-              dst.is_privateuseone() ? dst.device().index() : self.device().index(), dst);
+              dst.is_privateuseone() ? dst.device().index() : self.device().index());
   // A pinned block freed while this copy may still run is not reused before it has.
   if (non_blocking && self.is_privateuseone() != dst.is_privateuseone()) {
     const at::Tensor& host = self.is_privateuseone() ? dst : self;
@@ -204,7 +204,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.is_same(src)) return self;
   at::Tensor out = kernel_alias(self);
   at::Tensor in = copy_source_alias(src, self, out);
-  kernel_copy(out, in, non_blocking, "Memcpy DtoD", self.device().index(), self);
+  kernel_copy(out, in, non_blocking, "Memcpy DtoD", self.device().index());
   recycle_alias(in);  // the source first: an alias over the destination's storage holds it
   in.reset();
   recycle_alias(out);
