@@ -230,8 +230,8 @@ KernelCall::Alias* KernelCall::first_alias_by_hash(const c10::StorageImpl* ms) {
   return it == index_->musa_storage.end() ? nullptr : &aliases_[it->second];
 }
 
-at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow) {
-  if (!t.defined() || !t.is_privateuseone()) return t;
+int KernelCall::to_kernel_slot(const at::Tensor& t, bool written, bool borrow) {
+  if (!t.defined() || !t.is_privateuseone()) return -1;
   bool cast = false;
   bool shared = false;
   at::Tensor h;
@@ -254,7 +254,7 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
       }
       if (a.musa->unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
         a.written |= written;
-        return a.kernel;
+        return static_cast<int>(first - aliases_.data());
       }
       h = kernel_alias_over(a.kernel.storage(), t);
       shared = a.shared;
@@ -272,11 +272,11 @@ at::Tensor KernelCall::to_kernel(const at::Tensor& t, bool written, bool borrow)
     h = h.contiguous();
     cast = true;  // a copy, not an alias: never recycled
   }
-  aliases_.push_back({h, borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
-                                 : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
+  aliases_.push_back({std::move(h), borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
+                                            : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t),
                       written, cast, shared});
   if (C10_UNLIKELY(aliases_.size() >= kIndexFrom)) index_last_alias();
-  return h;
+  return static_cast<int>(aliases_.size() - 1);
 }
 
 at::Generator KernelCall::kernel_generator_for(const std::optional<at::Generator>& g) {

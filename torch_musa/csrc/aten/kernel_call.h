@@ -117,7 +117,16 @@ class KernelCall {
   // Pass 2: the kernels' versions of arguments. `borrow`: `t` outlives the call (the
   // unboxed caller's argument), so it is not copied; a copy of a tensor that
   // Python holds costs a GIL round trip (PyObject preservation).
-  at::Tensor to_kernel(const at::Tensor& t, bool written, bool borrow = false);
+  at::Tensor to_kernel(const at::Tensor& t, bool written, bool borrow = false) {
+    const int slot = to_kernel_slot(t, written, borrow);
+    return slot < 0 ? t : aliases_[slot].kernel;
+  }
+  // The same as a slot, for a caller that reads the alias only once every argument
+  // has one (kernel_at): -1 for `t` itself (not a musa tensor), else the alias's
+  // index. The unboxed wrappers hand the kernel the alias this call holds, not a
+  // copy, which took and dropped a reference to it per argument.
+  int to_kernel_slot(const at::Tensor& t, bool written, bool borrow);
+  at::Tensor& kernel_at(int slot) { return aliases_[slot].kernel; }
   // Room for `n` more arguments (a tensor list's), before their to_kernel calls.
   void reserve(size_t n) { aliases_.reserve(aliases_.size() + n); }
   at::Generator kernel_generator_for(const std::optional<at::Generator>& g);

@@ -44,15 +44,21 @@ template <class T> struct Arg {  // anything that is not device data
   Arg(KernelCall&, T x) : v(static_cast<T>(x)) {}
   T get() { return static_cast<T>(v); }
 };
+// A tensor argument is the call's own alias (a slot of the KernelCall), read once
+// every argument has one: the list of aliases may grow until then.
 template <> struct Arg<const at::Tensor&> {
-  at::Tensor v;
-  Arg(KernelCall& c, const at::Tensor& x) : v(c.to_kernel(x, false, /*borrow=*/true)) {}
-  const at::Tensor& get() { return v; }
+  KernelCall& c;
+  const at::Tensor& x;
+  int slot;
+  Arg(KernelCall& c, const at::Tensor& x) : c(c), x(x), slot(c.to_kernel_slot(x, false, true)) {}
+  const at::Tensor& get() { return slot < 0 ? x : c.kernel_at(slot); }
 };
 template <> struct Arg<at::Tensor&> {
-  at::Tensor v;
-  Arg(KernelCall& c, at::Tensor& x) : v(c.to_kernel(x, true, /*borrow=*/true)) {}
-  at::Tensor& get() { return v; }
+  KernelCall& c;
+  at::Tensor& x;
+  int slot;
+  Arg(KernelCall& c, at::Tensor& x) : c(c), x(x), slot(c.to_kernel_slot(x, true, true)) {}
+  at::Tensor& get() { return slot < 0 ? x : c.kernel_at(slot); }
 };
 template <> struct Arg<const std::optional<at::Tensor>&> {
   std::optional<at::Tensor> v;
