@@ -185,8 +185,8 @@ struct LstmSequence : torch::autograd::Function<LstmSequence> {
 
   static List backward(Ctx* ctx, List grads) {
     const List saved = ctx->get_saved_variables();
-    const Tensor &projected = saved[0], &h0 = saved[1], &c0 = saved[2], &w_hh = saved[3],
-                 &b_ih = saved[4], &b_hh = saved[5];
+    // saved[1] (h0) and saved[5] (b_hh) serve only differentiate_steps.
+    const Tensor &projected = saved[0], &c0 = saved[2], &w_hh = saved[3], &b_ih = saved[4];
     const bool reverse = ctx->saved_data["reverse"].toBool();
     if (at::GradMode::is_enabled()) return differentiate_steps(ctx, saved, grads, reverse);
     const std::vector<Tensor> cs = ctx->saved_data["cs"].toTensorVector();
