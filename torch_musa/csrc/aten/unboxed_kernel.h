@@ -242,7 +242,9 @@ struct UnboxedKernel<Op, Ret(Args...), Guard, Named> {
       };
       Ret r = run();
       c.sync_written();
-      res.count_all(r);
+      // One tensor result holds its storage alone among the results (refs_of
+      // answers 1 for a storage not counted): only lists and tuples are counted.
+      if constexpr (!std::is_same_v<std::decay_t<Ret>, at::Tensor>) res.count_all(r);
       if constexpr (std::is_reference_v<Ret>) {
         Ret out = MapResult<Ret>::run(res, r);
         if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), debug_args, {debug_value(out)});
