@@ -28,6 +28,7 @@ import gc
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -306,6 +307,28 @@ def worker_cpus(spec: str) -> set[int] | None:
     return cpus
 
 
+def process_usage() -> dict:
+    """This process's CPU time (all threads, and the main thread's own), involuntary
+    context switches, threads, and the CPU the main thread last ran on: whether a side's
+    slower chunks come from threads of its own competing, or from where it was placed."""
+    try:
+        cpu = int(open("/proc/thread-self/stat").read().rsplit(")", 1)[1].split()[36])
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:  # not Linux
+        cpu, threads = -1, 0
+    return {"process_s": time.process_time(), "main_s": time.thread_time(),
+            "switches": resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw,
+            "threads": threads, "cpu": cpu}
+
+
+def usage_per_step(before: dict, after: dict, steps: int) -> dict:
+    process = (after["process_s"] - before["process_s"]) / steps * 1e3
+    main = (after["main_s"] - before["main_s"]) / steps * 1e3
+    return {"main_cpu_ms": main, "other_threads_cpu_ms": max(process - main, 0.0),
+            "involuntary_switches": (after["switches"] - before["switches"]) / steps,
+            "threads": after["threads"], "cpu": after["cpu"]}
+
+
 def gc_collections() -> int:
     """Python's garbage collections so far, all generations: a side that makes more
     Python objects per step collects more often, which a round's time includes."""
@@ -318,7 +341,8 @@ def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, co
 
     Answers each line on stdin: 'warmup' with the loss, 'pin CPUS' (comma-separated) with
     the CPUs it now runs on, 'chunk' with seconds per step over ``steps`` steps, the
-    host's issue seconds per step and the garbage collections run meanwhile, 'profile
+    host's issue seconds per step, the garbage collections run meanwhile and
+    :func:`usage_per_step`, 'profile
     PATH' with :func:`profile_step`'s figures.
     """
     if device == "musa":
@@ -334,9 +358,10 @@ def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, co
             print(json.dumps(sorted(pin_process(cpus))), flush=True)
         elif line.strip() == "chunk":
             issue = []
-            before = gc_collections()
+            before, usage = gc_collections(), process_usage()
             wall = time_loop(step, device, steps, issue)
-            print(json.dumps([wall, issue[0], gc_collections() - before]), flush=True)
+            print(json.dumps([wall, issue[0], gc_collections() - before,
+                              usage_per_step(usage, process_usage(), steps)]), flush=True)
         elif line.startswith("profile "):
             print(json.dumps(profile_step(step, device, steps, line.split(" ", 1)[1].strip())), flush=True)
     return 0
@@ -393,15 +418,17 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     times, issue = {"musa": [], "cuda": []}, {"musa": [], "cuda": []}
     collections = {"musa": 0, "cuda": 0}
     chunk_walls = []  # per round: each side's chunks in the order they ran
+    chunk_usage = []  # the same chunks' usage_per_step
     for i in range(rounds):
         got = {"musa": [], "cuda": []}
         for side in chunk_order(i, chunks):
             got[side].append(workers[side].ask("chunk"))
-        chunk_walls.append({side: [w for w, _, _ in got[side]] for side in got})
+        chunk_walls.append({side: [c[0] for c in got[side]] for side in got})
+        chunk_usage.append({side: [c[3] for c in got[side]] for side in got})
         for side, chunk_times in got.items():
-            times[side].append(statistics.mean(w for w, _, _ in chunk_times))
-            issue[side].append(statistics.mean(h for _, h, _ in chunk_times))
-            collections[side] += sum(c for _, _, c in chunk_times)
+            times[side].append(statistics.mean(c[0] for c in chunk_times))
+            issue[side].append(statistics.mean(c[1] for c in chunk_times))
+            collections[side] += sum(c[2] for c in chunk_times)
     if profile_dir:
         name = case.replace("-", "_") + ("_compiled" if compiled else "")
         for side, w in workers.items():
@@ -421,6 +448,8 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     row["warmup_losses"] = losses
     row["gc_collections_per_step"] = {side: n / (rounds * chunk * chunks) for side, n in collections.items()}
     row["chunk_walls"] = chunk_walls
+    row["chunk_usage"] = chunk_usage
+    row["process"] = process_summary(chunk_usage)
     row.update(paired_chunk_ratios(chunk_walls))
     row["cpus"] = sorted(cpus) if cpus else None
     print_row(row)
@@ -428,7 +457,26 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
         f"{side} {n:.2f}" for side, n in row["gc_collections_per_step"].items())
         + f"; paired chunks: median {row['pair_ratio_median']:.3f}, quartiles "
         f"{row['pair_ratio_q1']:.3f}-{row['pair_ratio_q3']:.3f} of {row['pairs']}", flush=True)
+    print("  per step: " + "; ".join(
+        f"{side} main thread {p['main_cpu_ms']:.2f} ms CPU + other threads {p['other_threads_cpu_ms']:.2f}, "
+        f"{p['involuntary_switches']:.2f} involuntary switches, {p['threads']} threads, CPUs {p['cpus']}"
+        for side, p in row["process"].items()), flush=True)
     return row
+
+
+def process_summary(chunk_usage: list[dict]) -> dict:
+    """Each side's medians over its chunks of :func:`usage_per_step`, its most threads
+    and the CPUs its main thread was found on."""
+    out = {}
+    for side in ("musa", "cuda"):
+        chunks = [u for r in chunk_usage for u in r.get(side, [])]
+        if not chunks:
+            continue
+        out[side] = {k: statistics.median(u[k] for u in chunks)
+                     for k in ("main_cpu_ms", "other_threads_cpu_ms", "involuntary_switches")}
+        out[side]["threads"] = max(u["threads"] for u in chunks)
+        out[side]["cpus"] = sorted({u["cpu"] for u in chunks})
+    return out
 
 
 def machine() -> dict:
@@ -468,6 +516,12 @@ def write(out: str, result: dict) -> None:
     if train:
         lines += ["", "| training step | each round, musa/cuda |", "|---|---|"]
         lines += [f"| {r['name']} | {', '.join(f'{x:.3f}' for x in r['round_ratios'])} |" for r in train]
+        # Each worker process per step, medians over its chunks (process_usage).
+        lines += ["", "| training step | side | main thread CPU ms | other threads CPU ms | "
+                  "involuntary switches | threads | main thread's CPUs |", "|---|---|---:|---:|---:|---:|---|"]
+        lines += [f"| {r['name']} | {side} | {p['main_cpu_ms']:.2f} | {p['other_threads_cpu_ms']:.2f} | "
+                  f"{p['involuntary_switches']:.2f} | {p['threads']} | {', '.join(map(str, p['cpus']))} |"
+                  for r in train for side, p in r.get("process", {}).items()]
     with open(os.path.join(out, "cuda_driver.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     try:
