@@ -312,7 +312,8 @@ def process_usage() -> dict:
     context switches, threads, and the CPU the main thread last ran on: whether a side's
     slower chunks come from threads of its own competing, or from where it was placed."""
     try:
-        cpu = int(open("/proc/thread-self/stat").read().rsplit(")", 1)[1].split()[36])
+        with open("/proc/thread-self/stat") as f:  # field 39, "processor"
+            cpu = int(f.read().rsplit(")", 1)[1].split()[36])
         threads = len(os.listdir("/proc/self/task"))
     except OSError:  # not Linux
         cpu, threads = -1, 0
@@ -342,8 +343,7 @@ def train_worker(device: str, batch: int, seq: int, n_layer: int, steps: int, co
     Answers each line on stdin: 'warmup' with the loss, 'pin CPUS' (comma-separated) with
     the CPUs it now runs on, 'chunk' with seconds per step over ``steps`` steps, the
     host's issue seconds per step, the garbage collections run meanwhile and
-    :func:`usage_per_step`, 'profile
-    PATH' with :func:`profile_step`'s figures.
+    :func:`usage_per_step`, 'profile PATH' with :func:`profile_step`'s figures.
     """
     if device == "musa":
         import torch_musa  # noqa: F401
