@@ -45,20 +45,21 @@ template <class T> struct Arg {  // anything that is not device data
   T get() { return static_cast<T>(v); }
 };
 // A tensor argument is the call's own alias (a slot of the KernelCall), read once
-// every argument has one: the list of aliases may grow until then.
-template <> struct Arg<const at::Tensor&> {
+// every argument has one: the list of aliases may grow until then. A mutable
+// reference is an out= or in-place argument, which the op writes.
+template <class T> struct TensorArg {
   KernelCall& c;
-  const at::Tensor& x;
+  T& x;
   int slot;
-  Arg(KernelCall& c, const at::Tensor& x) : c(c), x(x), slot(c.to_kernel_slot(x, false, true)) {}
-  const at::Tensor& get() { return slot < 0 ? x : c.kernel_at(slot); }
+  TensorArg(KernelCall& c, T& x)
+      : c(c), x(x), slot(c.to_kernel_slot(x, !std::is_const_v<T>, /*borrow=*/true)) {}
+  T& get() { return slot < 0 ? x : c.kernel_at(slot); }
 };
-template <> struct Arg<at::Tensor&> {
-  KernelCall& c;
-  at::Tensor& x;
-  int slot;
-  Arg(KernelCall& c, at::Tensor& x) : c(c), x(x), slot(c.to_kernel_slot(x, true, true)) {}
-  at::Tensor& get() { return slot < 0 ? x : c.kernel_at(slot); }
+template <> struct Arg<const at::Tensor&> : TensorArg<const at::Tensor> {
+  using TensorArg::TensorArg;
+};
+template <> struct Arg<at::Tensor&> : TensorArg<at::Tensor> {
+  using TensorArg::TensorArg;
 };
 template <> struct Arg<const std::optional<at::Tensor>&> {
   std::optional<at::Tensor> v;
