@@ -589,14 +589,19 @@ def main(argv=None) -> int:
         ap.error(f"unknown --cases {sorted(unknown)}: choose from {', '.join(TRAIN_CASES)}")
     os.makedirs(args.out, exist_ok=True)  # the profiles are written before the results
     print(f"{'work':<36} {'musa µs':>12} {'cuda µs':>12} {'ratio':>7} {'rounds':>13} {'target':>7}")
-    rows = [] if args.skip_ops else bench_ops(args.rounds)
     train_rounds = max(3, args.rounds - 2)
+    result = {"machine": machine(), "rounds": args.rounds, "train_rounds": train_rounds,
+              "rows": [] if args.skip_ops else bench_ops(args.rounds)}
+    write(args.out, result)
     if not args.skip_train:
         for case in args.cases.split(","):
             for compiled in {"eager": [False], "compiled": [True], "both": [False, True]}[args.train]:
-                rows.append(bench_gpt2(train_rounds, args.steps, case, args.out if args.profile else None,
-                                       compiled, worker_cpus(args.cpus)))
-    write(args.out, {"machine": machine(), "rounds": args.rounds, "train_rounds": train_rounds, "rows": rows})
+                result["rows"].append(bench_gpt2(train_rounds, args.steps, case,
+                                                 args.out if args.profile else None,
+                                                 compiled, worker_cpus(args.cpus)))
+                # Written after every case: a lent machine's time limit, or the machine
+                # taken back, still leaves the cases that finished.
+                write(args.out, result)
     return 0
 
 

@@ -1,5 +1,8 @@
 """benchmarks/bench_cuda_driver.py: the order in which a training round's chunks run
 (the GPU side itself runs only on a machine with a GPU, scripts/gpu_run.sh)."""
+import dataclasses
+import json
+
 import pytest
 
 from tests.conftest import load_benchmark
@@ -115,3 +118,29 @@ def test_each_sides_process_usage_is_summarised_and_tabled(bench, tmp_path):
     bench.write(str(tmp_path), {"machine": machine, "rounds": 1, "train_rounds": 1, "rows": [row]})
     table = (tmp_path / "cuda_driver.md").read_text()
     assert "| GPT-2 small step b4x256 bf16 | musa | 6.00 | 0.20 | 0.50 | 60.0 | 9 | 3, 4 |" in table
+
+
+def test_the_results_are_written_after_every_training_case(bench, tmp_path, monkeypatch):
+    # A lent machine taken back mid-run still leaves the cases that finished.
+    import torch_musa.config as config
+
+    monkeypatch.setattr(config, "CONFIG", dataclasses.replace(config.CONFIG, driver="cuda"))
+    machine = {"gpu": "test GPU", "torch": "x", "cuda": "y", "python": "3", "cpu_count": 2}
+    monkeypatch.setattr(bench, "machine", lambda: machine)
+    done = []
+
+    def case(rounds, steps, name, profile_dir, compiled, cpus):
+        if done:
+            raise KeyboardInterrupt  # the machine goes away during the second case
+        done.append(name)
+        times = {"musa": [1.0], "cuda": [1.0]}
+        row = bench.summarise(f"step {name}", "host_bound", times, times)
+        row.update(bench.paired_chunk_ratios([{"musa": [1.0], "cuda": [1.0]}]), cpus=None)
+        return row
+
+    monkeypatch.setattr(bench, "bench_gpt2", case)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--out", str(tmp_path), "--skip-ops", "--train", "eager",
+                    "--cases", "gpt2-2layer-b4x256,gpt2-b4x256"])
+    rows = json.loads((tmp_path / "cuda_driver.json").read_text())["rows"]
+    assert [r["name"] for r in rows] == ["step gpt2-2layer-b4x256"]
