@@ -308,10 +308,11 @@ def worker_cpus(spec: str) -> set[int] | None:
 
 
 def process_usage() -> dict:
-    """This process's CPU time (all threads, and the main thread's own), involuntary
-    context switches, page faults, threads, and the CPU the main thread last ran on:
-    whether a side's slower chunks come from threads of its own competing, from memory
-    it keeps returning to the system and faulting back in, or from where it was placed."""
+    """This process's CPU time (all threads, and the main thread's own), context
+    switches (involuntary: preempted; voluntary: waiting, on a lock or the GPU), page
+    faults, threads, and the CPU the main thread last ran on: whether a side's slower
+    chunks come from threads of its own competing, from waits, from memory it keeps
+    returning to the system and faulting back in, or from where it was placed."""
     try:
         with open("/proc/thread-self/stat") as f:  # field 39, "processor"
             cpu = int(f.read().rsplit(")", 1)[1].split()[36])
@@ -320,7 +321,7 @@ def process_usage() -> dict:
         cpu, threads = -1, 0
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"process_s": time.process_time(), "main_s": time.thread_time(),
-            "switches": usage.ru_nivcsw, "faults": usage.ru_minflt + usage.ru_majflt,
+            "switches": usage.ru_nivcsw, "waits": usage.ru_nvcsw, "faults": usage.ru_minflt + usage.ru_majflt,
             "threads": threads, "cpu": cpu}
 
 
@@ -329,6 +330,7 @@ def usage_per_step(before: dict, after: dict, steps: int) -> dict:
     main = (after["main_s"] - before["main_s"]) / steps * 1e3
     return {"main_cpu_ms": main, "other_threads_cpu_ms": max(process - main, 0.0),
             "involuntary_switches": (after["switches"] - before["switches"]) / steps,
+            "voluntary_switches": (after["waits"] - before["waits"]) / steps,
             "page_faults": (after["faults"] - before["faults"]) / steps,
             "threads": after["threads"], "cpu": after["cpu"]}
 
@@ -462,7 +464,7 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
         f"{row['pair_ratio_q1']:.3f}-{row['pair_ratio_q3']:.3f} of {row['pairs']}", flush=True)
     print("  per step: " + "; ".join(
         f"{side} main thread {p['main_cpu_ms']:.2f} ms CPU + other threads {p['other_threads_cpu_ms']:.2f}, "
-        f"{p['involuntary_switches']:.2f} involuntary switches, "
+        f"{p['involuntary_switches']:.2f} involuntary and {p['voluntary_switches']:.2f} voluntary switches, "
         f"{p['page_faults']:.1f} page faults, {p['threads']} threads, CPUs {p['cpus']}"
         for side, p in row["process"].items()), flush=True)
     return row
@@ -478,7 +480,7 @@ def process_summary(chunk_usage: list[dict]) -> dict:
             continue
         out[side] = {k: statistics.median(u[k] for u in chunks)
                      for k in ("main_cpu_ms", "other_threads_cpu_ms", "involuntary_switches",
-                               "page_faults")}
+                               "voluntary_switches", "page_faults")}
         out[side]["threads"] = max(u["threads"] for u in chunks)
         out[side]["cpus"] = sorted({u["cpu"] for u in chunks})
     return out
@@ -523,10 +525,11 @@ def write(out: str, result: dict) -> None:
         lines += [f"| {r['name']} | {', '.join(f'{x:.3f}' for x in r['round_ratios'])} |" for r in train]
         # Each worker process per step, medians over its chunks (process_usage).
         lines += ["", "| training step | side | main thread CPU ms | other threads CPU ms | "
-                  "involuntary switches | page faults | threads | main thread's CPUs |",
-                  "|---|---|---:|---:|---:|---:|---:|---|"]
+                  "involuntary switches | voluntary switches | page faults | threads | main thread's CPUs |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---|"]
         lines += [f"| {r['name']} | {side} | {p['main_cpu_ms']:.2f} | {p['other_threads_cpu_ms']:.2f} | "
-                  f"{p['involuntary_switches']:.2f} | {p['page_faults']:.1f} | {p['threads']} | "
+                  f"{p['involuntary_switches']:.2f} | {p['voluntary_switches']:.2f} | "
+                  f"{p['page_faults']:.1f} | {p['threads']} | "
                   f"{', '.join(map(str, p['cpus']))} |"
                   for r in train for side, p in r.get("process", {}).items()]
     with open(os.path.join(out, "cuda_driver.md"), "w") as f:

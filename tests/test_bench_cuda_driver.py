@@ -42,7 +42,7 @@ def test_a_training_worker_answers_warmup_chunk_and_profile(bench, tmp_path):
         # (plus the clock's grain), and the other threads' beside it.
         assert 0 < usage["main_cpu_ms"] <= wall * 1e3 + 5
         assert usage["other_threads_cpu_ms"] >= 0 and usage["involuntary_switches"] >= 0
-        assert usage["page_faults"] >= 0
+        assert usage["page_faults"] >= 0 and usage["voluntary_switches"] >= 0
         assert usage["threads"] >= 1 and usage["cpu"] >= 0
         path = tmp_path / "profile.txt"
         got = worker.ask(f"profile {path}")
@@ -104,7 +104,7 @@ def test_the_report_lists_each_training_rounds_ratio(bench, tmp_path):
 def test_each_sides_process_usage_is_summarised_and_tabled(bench, tmp_path):
     def usage(main, other, cpu):
         return {"main_cpu_ms": main, "other_threads_cpu_ms": other, "involuntary_switches": 0.5,
-                "page_faults": main * 10, "threads": 9, "cpu": cpu}
+                "voluntary_switches": 2.0, "page_faults": main * 10, "threads": 9, "cpu": cpu}
     rounds = [{"musa": [usage(5.0, 0.1, 3), usage(7.0, 2.0, 4)], "cuda": [usage(4.0, 0.0, 3)]},
               {"musa": [usage(6.0, 0.2, 3)], "cuda": [usage(4.2, 0.0, 5)]}]
     got = bench.process_summary(rounds)
@@ -117,7 +117,7 @@ def test_each_sides_process_usage_is_summarised_and_tabled(bench, tmp_path):
     machine = {"gpu": "test GPU", "torch": "x", "cuda": "y", "python": "3", "cpu_count": 2}
     bench.write(str(tmp_path), {"machine": machine, "rounds": 1, "train_rounds": 1, "rows": [row]})
     table = (tmp_path / "cuda_driver.md").read_text()
-    assert "| GPT-2 small step b4x256 bf16 | musa | 6.00 | 0.20 | 0.50 | 60.0 | 9 | 3, 4 |" in table
+    assert "| GPT-2 small step b4x256 bf16 | musa | 6.00 | 0.20 | 0.50 | 2.00 | 60.0 | 9 | 3, 4 |" in table
 
 
 def test_the_results_are_written_after_every_training_case(bench, tmp_path, monkeypatch):
