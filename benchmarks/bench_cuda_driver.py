@@ -272,7 +272,9 @@ def profile_step(step, device: str, steps: int, path: str) -> dict:
     ka = prof.key_averages()
     with open(path, "w") as f:
         f.write(f"{device}: host issue {issued / steps * 1e3:.1f} ms/step, wall {wall / steps * 1e3:.1f} ms/step\n")
-        f.write(ka.table(sort_by="self_cpu_time_total", row_limit=45))
+        # Every op, not the top rows: the two sides' tables are compared op by op (a
+        # row under one side's cut was missing from the comparison).
+        f.write(ka.table(sort_by="self_cpu_time_total", row_limit=-1))
         f.write("\n")
         f.write(ka.table(sort_by="self_device_time_total", row_limit=30))
     return {"issue_ms": issued / steps * 1e3, "wall_ms": wall / steps * 1e3}
