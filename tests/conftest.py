@@ -70,6 +70,17 @@ def _restore_device():
     torch.musa.set_device(0)
 
 
+@pytest.fixture(autouse=True)
+def _restore_float32_precision():
+    """A test that runs an example in-process (examples/cuda/train_lm.py allows TF32)
+    must not leave TF32 on for the next test in its worker: the GPU suite at c392621
+    and a391468 failed compare-tool tests that ran after one and saw TF32 products."""
+    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    yield
+    torch.set_float32_matmul_precision(before[0])
+    torch.backends.cudnn.allow_tf32 = before[1]
+
+
 MARKERS = {
     "requires_host_driver(reason, unsafe_elsewhere=False, may_pass_elsewhere=False)": "checks "
     "what only the host driver does (its allocator, its hardware profiles, CPU kernels bit for "
