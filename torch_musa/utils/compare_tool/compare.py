@@ -101,6 +101,43 @@ TF32_TOLERANCE = (1e-3, 1e-2)
 TF32_DEVICE_TYPES = ("cuda",) + pick(host=(), cuda=("musa",))
 
 
+# Ops whose every output is bilinear (or linear) in its floating tensor arguments: the
+# same op over their absolute values bounds each output element's magnitude terms.
+_BILINEAR_OPS = (_MATMUL_OPS | _CONV_OPS) - {"_scaled_dot_product_efficient_attention",
+                                            "_scaled_dot_product_flash_attention",
+                                            "_scaled_dot_product_cudnn_attention"}
+#: Reading both factors of a product as TF32 (a 10-bit mantissa; truncated by some
+#: kernels, not rounded) moves it by at most 2**-9 of its magnitude, so a sum of products
+#: by at most 2**-9 of the sum of their magnitudes; twice that leaves room for the two
+#: sides' float32 summation orders.
+TF32_BOUND = 2.0 ** -8
+
+
+def tf32_bound(func, name: OpName, cpu_args, cpu_kwargs):
+    """Per element, how far a TF32 result may lie from the float32 one: ``TF32_BOUND``
+    times the op over the absolute values of its inputs (|A| @ |B| for mm). A scalar
+    tolerance cannot serve: a product of 64 unit normals is ~1e-2 off in TF32 where its
+    value is near zero. None where the op is not bilinear or writes its arguments."""
+    if name.base not in _BILINEAR_OPS or name.schema.is_mutable:
+        return None
+    names = [a.name for a in name.schema.arguments]
+
+    def magnitude(v, arg):
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return v.abs()
+        if arg in ("alpha", "beta") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return abs(v)
+        return v
+
+    args = [magnitude(v, names[i] if i < len(names) else "") for i, v in enumerate(cpu_args)]
+    kwargs = {k: magnitude(v, k) for k, v in cpu_kwargs.items()}
+    try:
+        out = CPU_EQUIVALENT.get(name.full, (func, None))[0](*args, **kwargs)
+    except Exception:  # noqa: BLE001 - no bound: the scalar tolerance alone judges
+        return None
+    return tree_map(lambda t: t.double() * TF32_BOUND, out)
+
+
 def _uses_tf32(name: OpName) -> bool:
     """Whether a float32 CUDA op may have run in TF32 under the current backend flags."""
     if name.base in _CONV_OPS:
@@ -133,11 +170,13 @@ def _device_of(args, kwargs) -> torch.device | None:
 
 
 # ----------------------------------------------------------------------------- comparison
-def compare_tensor(dev: torch.Tensor, ref: torch.Tensor, atol: float | None, rtol: float | None):
+def compare_tensor(dev: torch.Tensor, ref: torch.Tensor, atol: float | None, rtol: float | None,
+                   bound: torch.Tensor | None = None):
     """(ok, max_abs, max_rel, detail, tol) of a device result against the CPU reference.
 
     atol/rtol None -> the defaults for the device result's dtype; integer and bool
-    results must match exactly.
+    results must match exactly. ``bound``: a further allowance per element (the
+    TF32 one, :func:`tf32_bound`); an element within it or within atol/rtol is close.
     """
     d = dev.detach().to("cpu")
     r = ref.detach()
@@ -166,6 +205,8 @@ def compare_tensor(dev: torch.Tensor, ref: torch.Tensor, atol: float | None, rto
     if a.numel() == 0:
         return True, 0.0, 0.0, "", (atol, rtol)
     close = torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+    if bound is not None and tuple(bound.shape) == tuple(a.shape):
+        close |= (a - b).abs() <= bound
     same = (a == b) | (torch.isnan(a) & torch.isnan(b))
     diff = torch.where(same, torch.zeros((), dtype=a.dtype), (a - b).abs())
     diff = torch.nan_to_num(diff, nan=math.inf)
@@ -181,15 +222,17 @@ def compare_tensor(dev: torch.Tensor, ref: torch.Tensor, atol: float | None, rto
     return False, max_abs, max_rel, detail, (atol, rtol)
 
 
-def compare_outputs(dev_out, ref_out, atol, rtol, path="out"):
-    """Compare nested outputs. Returns (ok, max_abs, max_rel, [problems], tol)."""
+def compare_outputs(dev_out, ref_out, atol, rtol, path="out", bound=None):
+    """Compare nested outputs. Returns (ok, max_abs, max_rel, [problems], tol);
+    ``bound``: per-element allowances nested as the outputs are (or None)."""
     problems: list[str] = []
     worst = [0.0, 0.0]
     tol_seen = [None]
 
-    def rec(a, b, p):
+    def rec(a, b, p, extra):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            ok, ma, mr, detail, tol = compare_tensor(a, b, atol, rtol)
+            ok, ma, mr, detail, tol = compare_tensor(
+                a, b, atol, rtol, extra if isinstance(extra, torch.Tensor) else None)
             worst[0] = max(worst[0], ma)
             worst[1] = max(worst[1], mr)
             if tol is not None:
@@ -202,8 +245,10 @@ def compare_outputs(dev_out, ref_out, atol, rtol, path="out"):
                 problems.append(f"{p}: {len(a)} items vs cpu {len(b)}")
                 worst[0] = worst[1] = math.inf
                 return
-            for i, (x, y) in enumerate(zip(a, b)):
-                rec(x, y, f"{p}[{i}]")
+            extras = extra if isinstance(extra, (list, tuple)) and len(extra) == len(a) \
+                else [None] * len(a)
+            for i, (x, y, e) in enumerate(zip(a, b, extras)):
+                rec(x, y, f"{p}[{i}]", e)
             return
         if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
             if a is None or b is None:      # undefined gradient slots etc.
@@ -220,7 +265,7 @@ def compare_outputs(dev_out, ref_out, atol, rtol, path="out"):
             problems.append(f"{p}: {a!r} vs cpu {b!r}")
             worst[0] = worst[1] = math.inf
 
-    rec(dev_out, ref_out, path)
+    rec(dev_out, ref_out, path, bound)
     return not problems, worst[0], worst[1], problems, tol_seen[0]
 
 
@@ -413,9 +458,13 @@ class CompareWithCPU(_WindowedMode):
             dev_side = _mutated_args(name.schema, args, kwargs)
             cpu_side = _mutated_args(name.schema, cpu_args, cpu_kwargs)
         atol, rtol = self._atol, self._rtol
+        bound = None
         if atol is None and dev.type in TF32_DEVICE_TYPES and _uses_tf32(name):
             atol, rtol = TF32_TOLERANCE
-        ok, max_abs, max_rel, problems, tol = compare_outputs(dev_side, cpu_side, atol, rtol)
+            if shared is None and name.schema.returns:
+                bound = tf32_bound(func, name, cpu_args, cpu_kwargs)
+        ok, max_abs, max_rel, problems, tol = compare_outputs(dev_side, cpu_side, atol, rtol,
+                                                              bound=bound)
         self.counts["checked"] += 1
         st.checked += 1
         st.max_abs = max(st.max_abs, max_abs)
