@@ -208,3 +208,30 @@ def test_pinned_memory_and_dataloader():
     batches = list(loader)
     assert all(b[0].is_pinned() for b in batches)
     assert torch.equal(batches[1][0].to("musa", non_blocking=True).cpu(), torch.arange(4.0, 8.0))
+
+
+def test_inactive_split_counts_net_changes_as_cuda_does(empty_musa_cache):
+    """A split or a merge changes inactive_split by its net amount, once (CUDA's
+    allocator): allocating from an already split piece shrinks it without a block
+    leaving and re-entering the count, and freeing into a free neighbour moves bytes
+    only, so the accumulated allocated/freed figures match CUDA's. A private pool
+    gives the tensors a fresh segment of their own; the figures are changes."""
+    keys = [f"inactive_split{k}.all.{f}" for k in ("", "_bytes")
+            for f in ("current", "allocated", "freed")]
+    base = torch.musa.memory_stats()
+
+    def change():
+        m = torch.musa.memory_stats()
+        return [m[k] - base[k] for k in keys]  # count: current, allocated, freed; then bytes
+
+    seg = 2 << 20  # a small-pool segment; 128 floats take its smallest block, 512 bytes
+    pool = torch.musa.MemPool()
+    with torch.musa.use_mem_pool(pool):
+        a = torch.empty(128, device="musa")
+        assert change() == [1, 1, 0, seg - 512, seg - 512, 0]
+        b = torch.empty(128, device="musa")  # from the split remainder: it shrinks
+        assert change() == [1, 1, 0, seg - 1024, seg - 512, 512]
+        del b  # back into the remainder: 512 bytes return, no block comes or goes
+        assert change() == [1, 1, 0, seg - 512, seg, 512]
+        del a  # the whole segment again: no split piece left
+        assert change() == [0, 1, 1, 0, seg, seg]

@@ -260,17 +260,21 @@ c10::MempoolId_t pool_id(const BlockPool* p) {
 
 // ---- pools ---------------------------------------------------------------------
 
-// Caller holds g_mu. A free block enters or leaves its pool; a free piece of a
-// split segment counts as inactive_split.
-void count_inactive(Block* b, int sign) {
-  if (b->is_split()) {
-    PerDevice& pd = g_dev[b->device];
-    update_stat(pd.stats.inactive_split, b->pool->is_small, sign);
-    update_stat(pd.stats.inactive_split_bytes, b->pool->is_small, sign * int64_t(b->size));
-  }
+// Caller holds g_mu. A free piece of a split segment counts as inactive_split. A split
+// or a merge changes the count by its net amount, once, as CUDA's allocator does (its
+// accumulated allocated/freed figures count net changes, not each block in and out).
+void change_inactive(const Block* b, int64_t blocks, int64_t bytes) {
+  PerDevice& pd = g_dev[b->device];
+  if (blocks) update_stat(pd.stats.inactive_split, b->pool->is_small, blocks);
+  if (bytes) update_stat(pd.stats.inactive_split_bytes, b->pool->is_small, bytes);
 }
 
-void insert_free(Block* b) {
+// A free block enters or leaves its pool.
+void count_inactive(Block* b, int sign) {
+  if (b->is_split()) change_inactive(b, sign, sign * int64_t(b->size));
+}
+
+void insert_free(Block* b, bool count = true) {
   auto& blocks = b->pool->blocks;
   if (g_spare_nodes.empty()) {
     blocks.insert(b);
@@ -280,13 +284,13 @@ void insert_free(Block* b) {
     node.value() = b;
     blocks.insert(std::move(node));
   }
-  count_inactive(b, 1);
+  if (count) count_inactive(b, 1);
 }
 
-void erase_free(Block* b) {
+void erase_free(Block* b, bool count = true) {
   auto node = b->pool->blocks.extract(b);
   if (node && g_spare_nodes.size() < kMaxSpare) g_spare_nodes.push_back(std::move(node));
-  count_inactive(b, -1);
+  if (count) count_inactive(b, -1);
 }
 
 // Caller holds g_mu; `old` is free in its pool at `it` and leaves it, `neu`
@@ -537,8 +541,9 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
   }
   if (should_split(b, size)) {
     // The remainder takes b's place in the free list (erase_free(b) and
-    // insert_free(rest), without the tree operations when the order allows).
-    count_inactive(b, -1);
+    // insert_free(rest), without the tree operations when the order allows): an
+    // inactive piece shrinks by `size`, or an unsplit block leaves one behind.
+    const bool was_split = b->is_split();
     Block* rest = make_block(d, b->stream, b->size - size, b->pool,
                              static_cast<char*>(b->ptr) + size);
     replace_free(at, rest);
@@ -548,7 +553,8 @@ Block* malloc_block(c10::DeviceIndex d, size_t nbytes,
     b->next = rest;
     b->size = size;
     g_blocks.emplace(reinterpret_cast<uintptr_t>(rest->ptr), rest);
-    count_inactive(rest, 1);
+    if (was_split) change_inactive(rest, 0, -int64_t(size));
+    else change_inactive(rest, 1, int64_t(rest->size));
   } else {
     erase_free(b);
   }
@@ -613,21 +619,31 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
     // remainder): the merged block takes the neighbour's place in the free list.
     Block* n = lo ? lo : hi;
     auto it = n->pool->blocks.find(n);
-    count_inactive(n, -1);
+    const int64_t subsumed = int64_t(n->size);
     merge(n);
     b->last_used = ++g_tick;
     replace_free(it, b);
-    count_inactive(b, 1);
+    // n (split, free) is gone; b is counted if it is still a piece of its segment.
+    if (b->is_split()) change_inactive(b, 0, int64_t(b->size) - subsumed);
+    else change_inactive(b, -1, -subsumed);
     drop_block(n);
   } else {
+    int64_t blocks = 0, bytes = 0;
     for (Block* n : {lo, hi}) {
       if (!n) continue;
-      erase_free(n);
+      erase_free(n, /*count=*/false);
+      blocks -= 1;
+      bytes -= int64_t(n->size);
       merge(n);
       drop_block(n);
     }
     b->last_used = ++g_tick;
-    insert_free(b);
+    insert_free(b, /*count=*/false);
+    if (b->is_split()) {
+      blocks += 1;
+      bytes += int64_t(b->size);
+    }
+    change_inactive(b, blocks, bytes);
   }
   if (b->uncached) {  // taken with caching off: back to the driver now
     b->uncached = false;
