@@ -197,30 +197,26 @@ def test_tf32_products_pass_at_their_per_element_bound_and_a_wrong_one_fails(pla
     # The scalar tolerance alone would report these products (what the GPU suite saw).
     assert not torch.allclose(emulated, exact, atol=1e-3, rtol=1e-2)
     a, b = a.to(DEV), b.to(DEV)
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
-    try:
-        with CompareWithCPU(verbose=False, max_printed=0) as c:
-            torch.mm(a, b)
-            torch.addmm(a, a, b, beta=-0.5, alpha=-2.0)
-        assert c.counts["checked"] == 2 and c.counts["failed"] == 0
-        # One element off by more than TF32 can explain there (its terms' magnitudes sum
-        # to ~20: at most ~0.08 off).
-        small = (a.cpu().abs() @ b.cpu().abs()).argmin()
-        planted("mm", lambda x, y: (x.cpu() @ y.cpu()).flatten().index_add(
-            0, small.view(1), torch.tensor([0.2])).view(64, 64).to(x.device))
-        with CompareWithCPU(verbose=False, max_printed=0) as c:
-            torch.mm(a, b)
-        assert c.counts["failed"] == 1
-        # At full float32 precision the TF32 results are wrong again.
-        torch.set_float32_matmul_precision("highest")
-        planted("mm", lambda x, y: (_tf32(x.cpu()).double() @ _tf32(y.cpu()).double())
-                .float().to(x.device))
-        with CompareWithCPU(verbose=False, max_printed=0) as c:
-            torch.mm(a, b)
-        assert c.counts["failed"] == 1
-    finally:
-        torch.set_float32_matmul_precision(before)
+    torch.set_float32_matmul_precision("high")  # restored after the test (conftest)
+    with CompareWithCPU(verbose=False, max_printed=0) as c:
+        torch.mm(a, b)
+        torch.addmm(a, a, b, beta=-0.5, alpha=-2.0)
+    assert c.counts["checked"] == 2 and c.counts["failed"] == 0
+    # One element off by more than TF32 can explain there (its terms' magnitudes sum
+    # to ~20: at most ~0.08 off).
+    small = (a.cpu().abs() @ b.cpu().abs()).argmin()
+    planted("mm", lambda x, y: (x.cpu() @ y.cpu()).flatten().index_add(
+        0, small.view(1), torch.tensor([0.2])).view(64, 64).to(x.device))
+    with CompareWithCPU(verbose=False, max_printed=0) as c:
+        torch.mm(a, b)
+    assert c.counts["failed"] == 1
+    # At full float32 precision the TF32 results are wrong again.
+    torch.set_float32_matmul_precision("highest")
+    planted("mm", lambda x, y: (_tf32(x.cpu()).double() @ _tf32(y.cpu()).double())
+            .float().to(x.device))
+    with CompareWithCPU(verbose=False, max_printed=0) as c:
+        torch.mm(a, b)
+    assert c.counts["failed"] == 1
 
 
 def test_rank_selection(planted, tmp_path, monkeypatch):

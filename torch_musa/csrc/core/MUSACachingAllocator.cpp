@@ -614,21 +614,21 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
   };
   Block* const lo = b->prev && !b->prev->allocated ? b->prev : nullptr;
   Block* const hi = b->next && !b->next->allocated ? b->next : nullptr;
+  // inactive_split's net change: the free pieces merged away leave it, and b enters
+  // it if it is still a piece of its segment.
+  int64_t blocks = 0, bytes = 0;
   if ((lo == nullptr) != (hi == nullptr)) {
     // One free neighbour (a small block freed back into its segment's
     // remainder): the merged block takes the neighbour's place in the free list.
     Block* n = lo ? lo : hi;
     auto it = n->pool->blocks.find(n);
-    const int64_t subsumed = int64_t(n->size);
+    blocks -= 1;
+    bytes -= int64_t(n->size);
     merge(n);
     b->last_used = ++g_tick;
     replace_free(it, b);
-    // n (split, free) is gone; b is counted if it is still a piece of its segment.
-    if (b->is_split()) change_inactive(b, 0, int64_t(b->size) - subsumed);
-    else change_inactive(b, -1, -subsumed);
     drop_block(n);
   } else {
-    int64_t blocks = 0, bytes = 0;
     for (Block* n : {lo, hi}) {
       if (!n) continue;
       erase_free(n, /*count=*/false);
@@ -639,12 +639,12 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
     }
     b->last_used = ++g_tick;
     insert_free(b, /*count=*/false);
-    if (b->is_split()) {
-      blocks += 1;
-      bytes += int64_t(b->size);
-    }
-    change_inactive(b, blocks, bytes);
   }
+  if (b->is_split()) {
+    blocks += 1;
+    bytes += int64_t(b->size);
+  }
+  change_inactive(b, blocks, bytes);
   if (b->uncached) {  // taken with caching off: back to the driver now
     b->uncached = false;
     if (!b->is_split()) release_segment(b);

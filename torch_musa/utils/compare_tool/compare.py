@@ -88,9 +88,10 @@ def to_cpu_tree(obj, dtype_map: dict | None = None):
     return conv(obj)
 
 
-_MATMUL_OPS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear", "addmv", "mv",
-               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
-               "_scaled_dot_product_cudnn_attention"}
+_ATTENTION_OPS = {"_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                  "_scaled_dot_product_cudnn_attention"}
+_MATMUL_OPS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear", "addmv", "mv"} \
+    | _ATTENTION_OPS
 _CONV_OPS = {"convolution", "convolution_backward", "cudnn_convolution",
              "cudnn_convolution_transpose", "_convolution"}
 # float32 through TF32 (10-bit mantissa): what CUDA does by default for convolutions
@@ -103,9 +104,8 @@ TF32_DEVICE_TYPES = ("cuda",) + pick(host=(), cuda=("musa",))
 
 # Ops whose every output is bilinear (or linear) in its floating tensor arguments: the
 # same op over their absolute values bounds each output element's magnitude terms.
-_BILINEAR_OPS = (_MATMUL_OPS | _CONV_OPS) - {"_scaled_dot_product_efficient_attention",
-                                            "_scaled_dot_product_flash_attention",
-                                            "_scaled_dot_product_cudnn_attention"}
+# Attention's softmax between its two products is not.
+_BILINEAR_OPS = (_MATMUL_OPS | _CONV_OPS) - _ATTENTION_OPS
 #: Reading both factors of a product as TF32 (a 10-bit mantissa; truncated by some
 #: kernels, not rounded) moves it by at most 2**-9 of its magnitude, so a sum of products
 #: by at most 2**-9 of the sum of their magnitudes; twice that leaves room for the two
