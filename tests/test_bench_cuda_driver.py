@@ -144,3 +144,29 @@ def test_the_results_are_written_after_every_training_case(bench, tmp_path, monk
                     "--cases", "gpt2-2layer-b4x256,gpt2-b4x256"])
     rows = json.loads((tmp_path / "cuda_driver.json").read_text())["rows"]
     assert [r["name"] for r in rows] == ["step gpt2-2layer-b4x256"]
+
+
+def test_quiet_chunks_see_through_a_host_that_slows_one_side(bench, tmp_path):
+    # Ten chunks a side; a quarter of musa's ran on a core slowed 2.5x (CPU time with it),
+    # which the median of any round can land on; the tenth percentiles cannot.
+    def usage(ms):
+        return {"main_cpu_ms": ms * 0.6, "other_threads_cpu_ms": ms * 0.4}
+    musa = [1.05 + 0.01 * i for i in range(10)]
+    cuda = [1.00 + 0.01 * i for i in range(10)]
+    for i in (1, 4, 7):
+        musa[i] *= 2.5
+    walls = [{"musa": musa[:5], "cuda": cuda[:5]}, {"musa": musa[5:], "cuda": cuda[5:]}]
+    usage_rounds = [{side: [usage(w) for w in r[side]] for side in r} for r in walls]
+    got = bench.quiet_chunk_ratios(walls, usage_rounds)
+    assert 1.04 < got["quiet_ratio"] < 1.06 and 1.04 < got["quiet_cpu_ratio"] < 1.06
+    assert got["cpu_spread"]["musa"] > 2.4 and got["cpu_spread"]["cuda"] < 1.1
+    # The paired chunks meet the slowed ones.
+    assert bench.paired_chunk_ratios(walls)["pair_ratio_q3"] > 1.5
+    times = {"musa": [sum(musa) / 10], "cuda": [sum(cuda) / 10]}
+    row = bench.summarise("GPT-2 small step b4x256 bf16", "host_bound", times, times)
+    row.update(bench.paired_chunk_ratios(walls), cpus=None)
+    row.update(got)
+    machine = {"gpu": "test GPU", "torch": "x", "cuda": "y", "python": "3", "cpu_count": 2}
+    bench.write(str(tmp_path), {"machine": machine, "rounds": 1, "train_rounds": 1, "rows": [row]})
+    table = (tmp_path / "cuda_driver.md").read_text()
+    assert f"| {got['quiet_ratio']:.3f} ({got['quiet_cpu_ratio']:.3f}) | ≤ 1.1 | MISS |" in table
