@@ -141,6 +141,30 @@ def test_foreach_ops_over_views_and_a_repeated_tensor():
     assert per_tensor == (0 if routed else N + 1)
 
 
+def test_copy_on_write_twins_across_a_long_list_op():
+    """Lazy clones among a long op's arguments: one read beside its written twin keeps
+    the old values, one written (or read and written) is given its own copy, and the
+    tensors they were cloned from keep theirs."""
+    out = {}
+    for dev in ("cpu", "musa"):
+        g = torch.Generator().manual_seed(1)
+        xs = [torch.randn(5, generator=g).to(dev) for _ in range(N)]
+        read_twins = [x._lazy_clone() for x in xs[:10]]    # read while xs[:10] are written
+        written_twins = [x._lazy_clone() for x in xs[10:20]]  # written; xs[10:20] only read
+        both = [x._lazy_clone() for x in xs[20:25]]  # read and written by the one op
+        before = [x.clone() for x in xs]
+        torch._foreach_add_(xs[:10] + written_twins + both, read_twins + xs[10:20] + both, alpha=2.0)
+        out[dev] = (xs, read_twins, written_twins + both, before)
+    for got, want in zip(out["musa"], out["cpu"]):
+        for a, b in zip(got, want):
+            _assert_same(a, b)
+    xs, read_twins, written_twins, before = out["musa"]
+    assert all(torch.equal(t.cpu(), b.cpu()) for t, b in zip(read_twins, before[:10]))
+    assert all(torch.equal(x.cpu(), b.cpu()) for x, b in zip(xs[10:20], before[10:20]))
+    assert all(torch.equal(w.cpu(), 3 * b.cpu()) for w, b in zip(written_twins, before[10:25]))
+    assert all(torch.equal(x.cpu(), b.cpu()) for x, b in zip(xs[20:25], before[20:25]))
+
+
 def test_list_ops_in_threads_that_exit():
     """Each thread keeps the aliases of long lists in a pool of its own, freed when it
     exits; threads that ran list ops and ended leave the others' results intact."""

@@ -140,6 +140,7 @@ std::string KernelCall::op_name() const {
 void KernelCall::see(const at::Tensor& t, const char* arg, bool index_list, bool written) {
   if (!t.defined()) return;
   if (t.is_privateuseone()) {
+    ++seen_;
     // A boolean mask among indices is turned into positions on the host.
     if (C10_UNLIKELY(index_list && sync_debug_mode() != 0) &&
         (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte))
@@ -260,9 +261,10 @@ int KernelCall::to_kernel_slot(const at::Tensor& t, bool written, bool borrow) {
       shared = a.shared;
     }
     if (!h.defined()) {
-      // Only a storage that the op writes needs its own copy of copy-on-write data.
-      shared = !written && !storage_written(ms) &&
-               c10::impl::cow::is_cow_data_ptr(std::as_const(*ms).data_ptr());
+      // Only a storage that the op writes needs its own copy of copy-on-write data
+      // (asked last: a list op's written storages are looked up by hash).
+      shared = !written && c10::impl::cow::is_cow_data_ptr(std::as_const(*ms).data_ptr()) &&
+               !storage_written(ms);
       h = kernel_alias(t, /*materialize=*/!shared);
     }
   }

@@ -18,6 +18,7 @@
 #include <c10/util/SmallVector.h>
 #include <c10/util/flat_hash_map.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -127,8 +128,14 @@ class KernelCall {
   // copy, which took and dropped a reference to it per argument.
   int to_kernel_slot(const at::Tensor& t, bool written, bool borrow);
   at::Tensor& kernel_at(int slot) { return aliases_[slot].kernel; }
-  // Room for `n` more arguments (a tensor list's), before their to_kernel calls.
-  void reserve(size_t n) { aliases_.reserve(aliases_.size() + n); }
+  // Room for `n` more arguments (a tensor list's), before their to_kernel calls; at
+  // least for every musa tensor seen, so that a fused step's five lists of every
+  // parameter are held without moving the aliases once per list.
+  void reserve(size_t n) {
+    const size_t need = std::max(aliases_.size() + n, seen_);
+    if (need > aliases_.capacity()) aliases_.reserve(need);
+    if (indexed()) index_->musa_storage.reserve(need);
+  }
   at::Generator kernel_generator_for(const std::optional<at::Generator>& g);
 
   // After the kernel.
@@ -174,6 +181,7 @@ class KernelCall {
   const char* op_;
   const char* overload_;
   c10::DeviceIndex device_ = -1;
+  size_t seen_ = 0;  // musa tensors seen (pass 1): what pass 2 will alias at most
   bool host_read_ = false;  // a sync op: device() waits for the queued work
   profiler::KernelSpan span_{op_, overload_, &device_};  // torch.profiler's kernel
   profiler::UnrecordedInternals internals_;  // the host kernel's own op calls
