@@ -204,9 +204,10 @@ def quiet_chunk_ratios(chunk_walls: list[dict], chunk_usage: list[dict]) -> dict
     """musa/cuda of each side's tenth-percentile chunk, in wall time and in the process's
     CPU time per step, and how far each side's CPU time per step strayed (slowest chunk
     over the tenth percentile). Every chunk runs the same steps: on a lent H100 (run 12)
-    their CPU time still varied 2.5x with no switches or page faults, so the cores
-    themselves slowed. The quiet chunks say what a step costs where neither side's cores
-    were slowed; the rounds say what a user on such a host gets."""
+    their time still varied 2-3x on both sides with no switches or page faults, so the
+    machine slowed under them (its cores or its GPU: a CUDA thread that waits spins, so
+    CPU time follows wall time either way). The quiet chunks say what a step costs where
+    neither side was slowed; the rounds say what a user on such a machine gets."""
     def tenth(xs):
         return statistics.quantiles(xs, n=10)[0] if len(xs) > 1 else xs[0]
 
@@ -534,7 +535,7 @@ def write(out: str, result: dict) -> None:
              "to issue a step, musa/cuda; paired chunks: the median (quartiles) of the ratios of "
              "chunks that ran next to each other; quiet chunks: musa/cuda of each side's tenth-percentile "
              "chunk, in wall time (and the process's CPU time per step), what a step costs where "
-             "neither side's cores were slowed.", "",
+             "neither side was slowed.", "",
              "| work | musa µs | cuda µs | musa/cuda | rounds' spread | issue | paired chunks | quiet chunks "
              "| target | |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
