@@ -208,8 +208,8 @@ def quiet_chunk_ratios(chunk_walls: list[dict], chunk_usage: list[dict]) -> dict
     machine slowed under them (its cores or its GPU: a CUDA thread that waits spins, so
     CPU time follows wall time either way). The quiet chunks say what a step costs where
     neither side was slowed; the rounds say what a user on such a machine gets."""
-    def tenth(xs):
-        return statistics.quantiles(xs, n=10)[0] if len(xs) > 1 else xs[0]
+    def tenth(xs):  # inclusive: never below the fastest chunk, however few there are
+        return statistics.quantiles(xs, n=10, method="inclusive")[0] if len(xs) > 1 else xs[0]
 
     out = {}
     for side in ("musa", "cuda"):

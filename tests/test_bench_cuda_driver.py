@@ -160,6 +160,10 @@ def test_quiet_chunks_see_through_a_host_that_slows_one_side(bench, tmp_path):
     got = bench.quiet_chunk_ratios(walls, usage_rounds)
     assert 1.04 < got["quiet_ratio"] < 1.06 and 1.04 < got["quiet_cpu_ratio"] < 1.06
     assert got["cpu_spread"]["musa"] > 2.4 and got["cpu_spread"]["cuda"] < 1.1
+    # Two chunks a side: the tenth percentile lies between them, never below the faster.
+    few = bench.quiet_chunk_ratios([{"musa": [1.0, 2.0], "cuda": [1.0, 4.0]}],
+                                   [{"musa": [usage(1.0), usage(2.0)], "cuda": [usage(1.0), usage(4.0)]}])
+    assert few["quiet_ratio"] == pytest.approx(1.1 / 1.3)
     # The paired chunks meet the slowed ones.
     assert bench.paired_chunk_ratios(walls)["pair_ratio_q3"] > 1.5
     times = {"musa": [sum(musa) / 10], "cuda": [sum(cuda) / 10]}
