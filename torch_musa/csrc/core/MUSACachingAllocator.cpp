@@ -617,13 +617,16 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
   // inactive_split's net change: the free pieces merged away leave it, and b enters
   // it if it is still a piece of its segment.
   int64_t blocks = 0, bytes = 0;
+  for (Block* n : {lo, hi}) {
+    if (!n) continue;
+    blocks -= 1;
+    bytes -= int64_t(n->size);
+  }
   if ((lo == nullptr) != (hi == nullptr)) {
     // One free neighbour (a small block freed back into its segment's
     // remainder): the merged block takes the neighbour's place in the free list.
     Block* n = lo ? lo : hi;
     auto it = n->pool->blocks.find(n);
-    blocks -= 1;
-    bytes -= int64_t(n->size);
     merge(n);
     b->last_used = ++g_tick;
     replace_free(it, b);
@@ -632,8 +635,6 @@ void free_block(Block* b, std::shared_ptr<c10::GatheredContext> ctx) {
     for (Block* n : {lo, hi}) {
       if (!n) continue;
       erase_free(n, /*count=*/false);
-      blocks -= 1;
-      bytes -= int64_t(n->size);
       merge(n);
       drop_block(n);
     }

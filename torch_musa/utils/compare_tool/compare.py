@@ -61,6 +61,11 @@ CPU_EQUIVALENT = {
 }
 
 
+def _cpu_function(func, name: OpName):
+    """What computes ``func``'s reference on the CPU: the op itself, or its CPU equivalent."""
+    return CPU_EQUIVALENT.get(name.full, (func, None))[0]
+
+
 def _cpu_device(obj):
     if isinstance(obj, torch.device) and obj.type != "cpu":
         return torch.device("cpu")
@@ -132,7 +137,7 @@ def tf32_bound(func, name: OpName, cpu_args, cpu_kwargs):
     args = [magnitude(v, names[i] if i < len(names) else "") for i, v in enumerate(cpu_args)]
     kwargs = {k: magnitude(v, k) for k, v in cpu_kwargs.items()}
     try:
-        out = CPU_EQUIVALENT.get(name.full, (func, None))[0](*args, **kwargs)
+        out = _cpu_function(func, name)(*args, **kwargs)
     except Exception:  # noqa: BLE001 - no bound: the scalar tolerance alone judges
         return None
     return tree_map(lambda t: t.double() * TF32_BOUND, out)
@@ -271,7 +276,7 @@ def compare_outputs(dev_out, ref_out, atol, rtol, path="out", bound=None):
 
 def run_on_cpu(func, name: OpName, cpu_args, cpu_kwargs):
     """(reference output, retried_in_fp32, error) of func on CPU copies."""
-    fn = CPU_EQUIVALENT.get(name.full, (func, None))[0]
+    fn = _cpu_function(func, name)
     try:
         return fn(*cpu_args, **cpu_kwargs), False, None
     except Exception as e1:  # noqa: BLE001 - any CPU failure: try float32, then give up
