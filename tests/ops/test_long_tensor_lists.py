@@ -188,3 +188,26 @@ def test_list_ops_in_threads_that_exit():
     run("musa", got, 7)  # the main thread's pool is untouched by the threads' exits
     run("cpu", want, 7)
     assert torch.equal(got[7], want[7])
+
+
+def test_pooled_aliases_take_each_calls_own_shapes():
+    """Aliases come back to the next call in argument order (the pools are last in,
+    first out); calls whose arguments differ in shape, strides, offset and dtype from
+    the last call's, in turn, see only their own."""
+    def run(dev):
+        g = torch.Generator().manual_seed(2)
+        base = torch.randn(N, 7, generator=g).to(dev)
+        mixed = [torch.randn(*((i % 4 + 1, 3) if i % 2 else (5,)), generator=g).to(dev)
+                 for i in range(N)]
+        strided = [base[i:, 1::2].t() for i in range(N)]  # offsets and transposed strides
+        halves = [torch.randn(i % 3 + 2, generator=g).to(dev).half() for i in range(N)]
+        for _ in range(3):
+            torch._foreach_mul_(mixed, 1.5)
+            torch._foreach_add_(strided, 0.25)
+            torch._foreach_add_(halves, 1.0)
+            torch._foreach_add_(mixed[::-1], 2.0)
+        return mixed + [base] + halves
+
+    for got, want in zip(run("musa"), run("cpu")):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        _assert_same(got, want)

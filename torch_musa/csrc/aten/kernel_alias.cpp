@@ -67,8 +67,7 @@ namespace {
 // pooled alias holds no memory (its DataPtr is dropped on return). Raw owning
 // pointers in initial-exec TLS, read on every op without a TLS call (a thread's
 // pooled aliases, a few hundred bytes, are not freed when it exits).
-constexpr int kPoolSize = 8;
-TORCH_MUSA_FAST_TLS thread_local c10::TensorImpl* tl_pool[kPoolSize];
+TORCH_MUSA_FAST_TLS thread_local c10::TensorImpl* tl_pool[kSmallAliasPool];
 TORCH_MUSA_FAST_TLS thread_local int tl_pool_n = 0;
 
 // The aliases of list ops beyond those (a fused optimizer step takes five lists
@@ -134,7 +133,7 @@ at::Tensor reuse(c10::TensorImpl* pooled, c10::DataPtr dp, const at::Tensor& t) 
 
 }  // namespace
 
-void recycle_alias(at::Tensor& a) {
+void recycle_alias(at::Tensor& a, bool overflow_first) {
   c10::TensorImpl* impl = a.unsafeGetTensorImpl();
   if (impl == nullptr || !a.has_storage() ||
       c10::raw::intrusive_ptr::use_count(impl) != 1 || impl->autograd_meta() != nullptr ||
@@ -145,13 +144,16 @@ void recycle_alias(at::Tensor& a) {
   if (c10::raw::intrusive_ptr::use_count(as) != 1 ||
       as->data_ptr().get_deleter() != &release_storage)
     return;
-  const bool fast = C10_LIKELY(tl_pool_n < kPoolSize);
-  ImplVector* impls = fast ? nullptr : overflow();
-  if (!fast && (!impls || impls->size() >= kOverflowSize)) return;
+  ImplVector* impls = nullptr;
+  if (C10_UNLIKELY(overflow_first || tl_pool_n >= kSmallAliasPool)) {
+    impls = overflow();
+    if (impls && impls->size() >= kOverflowSize) impls = nullptr;
+    if (!impls && tl_pool_n >= kSmallAliasPool) return;  // both full, or the thread exits
+  }
   as->set_data_ptr_noswap(c10::DataPtr(nullptr, as->device()));  // drop the musa storage now
   c10::TensorImpl* pooled = a.unsafeReleaseTensorImpl();
-  if (fast) tl_pool[tl_pool_n++] = pooled;
-  else impls->push_back(pooled);
+  if (impls) impls->push_back(pooled);
+  else tl_pool[tl_pool_n++] = pooled;
 }
 
 at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {

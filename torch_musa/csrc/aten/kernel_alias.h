@@ -35,7 +35,11 @@ at::Tensor kernel_alias_over(const c10::Storage& host_storage, const at::Tensor&
 
 // Hands an alias back when its op call is over: kept for reuse by this thread's
 // next kernel_alias if nothing else holds it or a view of it (else left alone).
-void recycle_alias(at::Tensor& alias);
+// Aliases go first to a small per-thread pool of kSmallAliasPool, then to a
+// larger one that list ops reach; `overflow_first`: to the larger one even while
+// the small one has room.
+constexpr int kSmallAliasPool = 8;
+void recycle_alias(at::Tensor& alias, bool overflow_first = false);
 
 // Where the kernels run: CPU under the host driver, CUDA under the cuda
 // driver. `kernel_device(i)` stands for musa:i (-1: the current device).

@@ -127,8 +127,12 @@ KernelCall::KernelCall(const char* op, const char* overload) : op_(op), overload
 }
 
 KernelCall::~KernelCall() {
-  for (Alias& a : aliases_)
-    if (!a.cast) recycle_alias(a.kernel);
+  // Handed back last argument first, the first eight into the small pool, so
+  // that the pools (last in, first out) give the next call of this op each
+  // argument's alias again, with its sizes and strides already set (a fused
+  // optimizer step's parameters differ in shape one to the next).
+  for (size_t i = aliases_.size(); i-- > 0;)
+    if (!aliases_[i].cast) recycle_alias(aliases_[i].kernel, i >= kSmallAliasPool);
 }
 
 std::string KernelCall::op_name() const {
