@@ -211,3 +211,29 @@ def test_pooled_aliases_take_each_calls_own_shapes():
     for got, want in zip(run("musa"), run("cpu")):
         assert got.shape == want.shape and got.dtype == want.dtype
         _assert_same(got, want)
+
+
+def test_list_ops_leave_no_memory_behind():
+    """A kernel alias holds its musa storage until the call ends: once the tensors
+    are gone, so is their memory, however many list ops and pooled aliases saw them."""
+    import gc
+
+    def work():
+        params = [torch.randn(i % 5 + 1, 4, device="musa").requires_grad_() for i in range(N)]
+        opt = torch.optim.AdamW(params, lr=0.01, fused=True)
+        for _ in range(2):
+            for p in params:
+                p.grad = torch.ones_like(p)
+            opt.step()
+        detached = [p.detach() for p in params]
+        total = torch.cat(detached).sum() + torch.stack(torch._foreach_norm(detached)).sum()
+        assert torch.isfinite(total).item()
+        return torch.musa.memory_allocated()
+
+    gc.collect()
+    torch.musa.synchronize()
+    base = torch.musa.memory_allocated()
+    assert work() > base
+    gc.collect()
+    torch.musa.synchronize()
+    assert torch.musa.memory_allocated() == base
