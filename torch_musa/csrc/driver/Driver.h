@@ -107,6 +107,9 @@ struct Driver {
   // Streams and the current device: true when the driver keeps them, as the
   // CUDA runtime does; musa stream ids are then the driver's own.
   virtual bool native_streams() const { return false; }
+  // Whether this driver's blocking waits call the wait interrupt check (below):
+  // the Python bindings then wait on the caller's thread, else on a helper.
+  virtual bool waits_check_interrupts() const { return false; }
   virtual c10::StreamId current_stream_id(c10::DeviceIndex) { return 0; }
   virtual void set_current_stream_id(c10::DeviceIndex, c10::StreamId) {}
   virtual c10::StreamId pool_stream_id(c10::DeviceIndex, bool /*high*/) { return 0; }

@@ -65,6 +65,7 @@ void wait_until(int64_t t) {
 class HostDriver final : public Driver {
  public:
   std::string name() const override { return "host"; }
+  bool waits_check_interrupts() const override { return true; }
 
   void* malloc(c10::DeviceIndex, size_t nbytes) override {
     void* p = nullptr;

@@ -11,11 +11,15 @@
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include <pthread.h>
 
 namespace torch {  // libtorch_python's (its header needs nlohmann/json, not shipped)
 TORCH_API std::vector<pybind11::object> py_symbolize(std::vector<CapturedTraceback*>& to_symbolize);
@@ -216,28 +220,92 @@ void check_signals() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
-// Runs `wait` on a helper thread and waits for it in slices, so that a signal
-// handler's exception reaches Python while the device is still busy. The
-// helper owns only copies (stream ids, device indices), so it may outlive an
-// interrupted wait.
-void interruptible(std::function<void()> wait) {
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::exception_ptr error;
-  };
-  auto st = std::make_shared<State>();
-  std::thread([st, wait = std::move(wait)] {
+// Waits so that a signal handler's exception (Ctrl-C) reaches Python while the
+// device is still busy. A driver whose waits call the interrupt check (the host
+// driver's) waits on the caller's thread. Otherwise `wait` runs on a helper and
+// the caller waits for it in slices; the helper owns only copies (stream ids,
+// device indices), so it may outlive an interrupted wait. One helper stays for
+// the process (a thread started per wait cost ~30 us, more than synchronising an
+// idle device); a wait that finds it busy with another thread's starts its own.
+struct WaitState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  std::function<void()> wait;
+  void run() {
     try {
       wait();
     } catch (...) {
-      st->error = std::current_exception();
+      error = std::current_exception();
     }
-    std::lock_guard<std::mutex> g(st->mu);
-    st->done = true;
-    st->cv.notify_all();
-  }).detach();
+    std::lock_guard<std::mutex> g(mu);
+    done = true;
+    cv.notify_all();
+  }
+};
+
+class WaitHelper {
+ public:
+  WaitHelper() { std::thread([this] { loop(); }).detach(); }
+  // Hands `st` to the helper; false while it is busy with another thread's wait.
+  bool take(const std::shared_ptr<WaitState>& st) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (busy_) return false;
+    busy_ = true;
+    job_ = st;
+    cv_.notify_one();
+    return true;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return job_ != nullptr; });
+      std::shared_ptr<WaitState> st = std::move(job_);
+      job_.reset();
+      lock.unlock();
+      st->run();
+      st.reset();
+      lock.lock();
+      busy_ = false;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<WaitState> job_;
+  bool busy_ = false;
+};
+
+// The process's helper, made on first use. Never destroyed (its thread may be
+// waiting at exit); a forked child, which has none of its parent's threads,
+// makes its own.
+std::atomic<WaitHelper*> g_wait_helper{nullptr};
+WaitHelper& wait_helper() {
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] { g_wait_helper.store(nullptr); });
+    return true;
+  }();
+  (void)registered;
+  WaitHelper* h = g_wait_helper.load();
+  if (h == nullptr) {
+    auto* fresh = new WaitHelper;
+    if (g_wait_helper.compare_exchange_strong(h, fresh)) return *fresh;
+    // Another thread made one first: this one's thread stays idle (rare, harmless).
+  }
+  return *h;
+}
+
+void interruptible(std::function<void()> wait) {
+  if (driver().waits_check_interrupts()) {
+    py::gil_scoped_release nogil;
+    wait();
+    return;
+  }
+  auto st = std::make_shared<WaitState>();
+  st->wait = std::move(wait);
+  if (!wait_helper().take(st)) std::thread([st] { st->run(); }).detach();
   py::gil_scoped_release nogil;
   std::unique_lock<std::mutex> lock(st->mu);
   while (!st->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return st->done; })) {
