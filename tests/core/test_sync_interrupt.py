@@ -118,3 +118,74 @@ def test_sigint_in_a_thread_other_than_main_does_not_break_its_wait(subpython):
     """, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["interrupted", "True", "True"]
+
+
+# The cuda driver's synchronisations wait on a helper thread that stays for the process
+# (the host driver's wait on the caller's thread); _sleep_on_wait_helper runs a wait
+# there under any driver.
+@pytest.mark.slow
+def test_helper_waits_of_several_threads_run_side_by_side(subpython):
+    """A wait that finds the helper busy with another thread's gets a helper of its own:
+    three threads' waits of 0.5 s end together, not one after another."""
+    r = subpython("""
+        import threading, time, torch_musa
+        wait = torch_musa._C._sleep_on_wait_helper
+        wait(0.01)                                   # the helper exists
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=wait, args=(0.5,)) for _ in range(3)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        took = time.perf_counter() - t0
+        wait(0.01)                                   # and is free again
+        print(took < 1.4, took)
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "True", r.stdout
+
+
+@pytest.mark.slow
+def test_sigint_ends_a_helper_wait_and_the_next_wait_works(subpython):
+    r = subpython("""
+        import os, signal, threading, time, torch_musa
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        wait = torch_musa._C._sleep_on_wait_helper
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.perf_counter()
+        try:
+            wait(10.0)
+            print("returned")
+        except KeyboardInterrupt:
+            print("interrupted", time.perf_counter() - t0 < 5)
+        t0 = time.perf_counter()
+        wait(0.05)                                   # the helper is still in the old wait
+        print(time.perf_counter() - t0 < 5)
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["interrupted", "True", "True"]
+
+
+@pytest.mark.slow
+def test_a_forked_child_gets_a_helper_of_its_own(subpython):
+    """A child has none of its parent's threads: its waits would wait forever on the
+    parent's helper."""
+    r = subpython("""
+        import os, torch_musa
+        wait = torch_musa._C._sleep_on_wait_helper
+        wait(0.01)
+        pid = os.fork()
+        if pid == 0:
+            wait(0.01)
+            os._exit(7)
+        import time
+        for _ in range(200):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9); os.waitpid(pid, 0)
+            print("hung"); raise SystemExit
+        print(os.waitstatus_to_exitcode(status))
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["7"]

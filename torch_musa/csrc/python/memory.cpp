@@ -297,12 +297,7 @@ WaitHelper& wait_helper() {
   return *h;
 }
 
-void interruptible(std::function<void()> wait) {
-  if (driver().waits_check_interrupts()) {
-    py::gil_scoped_release nogil;
-    wait();
-    return;
-  }
+void wait_on_helper(std::function<void()> wait) {
   auto st = std::make_shared<WaitState>();
   st->wait = std::move(wait);
   if (!wait_helper().take(st)) std::thread([st] { st->run(); }).detach();
@@ -314,6 +309,12 @@ void interruptible(std::function<void()> wait) {
     lock.lock();
   }
   if (st->error) std::rethrow_exception(st->error);
+}
+
+void interruptible(std::function<void()> wait) {
+  if (!driver().waits_check_interrupts()) return wait_on_helper(std::move(wait));
+  py::gil_scoped_release nogil;
+  wait();
 }
 
 // The driver's wait interrupt check (driver/Driver.h): waits reached without
@@ -473,6 +474,11 @@ void init_memory(py::module_& m) {
   // Its sync-debug warning (a C++ TORCH_WARN) reaches Python's warnings.
   m.def("_synchronize_stream", &synchronize_stream, py::call_guard<torch::PyWarningHandler>());
   m.def("_synchronize_event", &synchronize_event);
+  // A wait of `seconds` on the helper, as the cuda driver's synchronisations wait:
+  // the tests exercise the helper under any driver.
+  m.def("_sleep_on_wait_helper", [](double seconds) {
+    wait_on_helper([seconds] { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); });
+  });
 }
 
 }  // namespace torch_musa
