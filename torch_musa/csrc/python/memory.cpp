@@ -361,12 +361,13 @@ void synchronize_stream(int device, int64_t id) {
   interruptible([s] { driver().stream_synchronize(s); });
 }
 
-// An event may be destroyed once the caller returns, so it is polled here
-// rather than waited on by a helper: slices grow from 50 us to 2 ms.
+// An event may be destroyed once the caller returns, so where the driver's wait
+// would need a helper it is polled here instead: slices grow from 50 us to 2 ms.
 void synchronize_event(uintptr_t event) {
   auto* e = reinterpret_cast<DriverEvent*>(event);
   if (!e) return;
   py::gil_scoped_release nogil;
+  if (driver().waits_check_interrupts()) return driver().event_synchronize(e);
   auto slice = std::chrono::microseconds(50);
   while (!driver().event_query(e)) {
     std::this_thread::sleep_for(slice);
