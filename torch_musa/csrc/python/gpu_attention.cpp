@@ -7,8 +7,20 @@
 // and the rule for traced (fake) inputs, which only Python can ask; this kernel
 // runs the eager calls, where the Python entry cost a GPT-2 attention call about
 // twice native's host time (32.7 against 17.1 µs in run 7's op table), and hands
-// traced calls to the Python entry.
+// traced calls to the Python entry. The ops it calls, and their backward ops, get
+// unboxed musa wrappers here (the boxed fallback served them at ~12 µs of host time
+// per call: a GPT-2 step's 36 calls cost ~0.5 ms more than native's).
+#include "aten/unboxed_kernel.h"
+#include "core/Device.h"
+
 #include <ATen/ATen.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_ops.h>
+#include <ATen/ops/_scaled_dot_product_efficient_attention_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_efficient_attention_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_backward_ops.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_ops.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
@@ -106,14 +118,30 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       q, k, v, m, dropout_p, is_causal, /*dropout_mask=*/std::nullopt, scale, enable_gqa));
 }
 
+template <class Op> void impl_unboxed(torch::Library& lib) {
+  lib.impl(Op::name, TORCH_FN(unboxed::UnboxedKernel<Op>::call));
+}
+
 // Installs the kernel on both keys (autograd's, and the backend's for calls made
-// below autograd); `python_entry`: gpu._sdpa. Once per process.
+// below autograd), and the GPU kernels' unboxed wrappers (musa_functions.yaml lists
+// them for this driver); `python_entry`: gpu._sdpa. Once per process.
 void register_gpu_sdpa(py::object python_entry) {
   if (g_python_entry) return;
   g_python_entry = new py::object(std::move(python_entry));  // lives as long as the kernel
   for (const auto key : {c10::DispatchKey::AutogradPrivateUse1, c10::DispatchKey::PrivateUse1}) {
     auto* lib = new torch::Library(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
     lib->impl("scaled_dot_product_attention", TORCH_FN(sdpa));
+    // The wrappers run CUDA's kernels: only where musa's kernels are CUDA's (the host
+    // driver's test of this entry registers it over CPU kernels, which have none).
+    if (key != c10::DispatchKey::PrivateUse1 || config().kernel_type != c10::DeviceType::CUDA)
+      continue;
+    impl_unboxed<at::_ops::_fused_sdp_choice>(*lib);
+    impl_unboxed<at::_ops::_scaled_dot_product_flash_attention>(*lib);
+    impl_unboxed<at::_ops::_scaled_dot_product_flash_attention_backward>(*lib);
+    impl_unboxed<at::_ops::_scaled_dot_product_efficient_attention>(*lib);
+    impl_unboxed<at::_ops::_scaled_dot_product_efficient_attention_backward>(*lib);
+    impl_unboxed<at::_ops::_scaled_dot_product_cudnn_attention>(*lib);
+    impl_unboxed<at::_ops::_scaled_dot_product_cudnn_attention_backward>(*lib);
   }
 }
 
