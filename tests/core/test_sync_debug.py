@@ -60,8 +60,20 @@ def test_asynchronous_operations_are_silent(mode):
         "non_blocking to host": lambda: pinned.copy_(a, non_blocking=True),
         "device synchronize": lambda: torch.musa.synchronize(),
         "event synchronize": lambda: torch.musa.Event().synchronize(),
+        # Empty copies move nothing (Hugging Face's cache makes two per layer and step).
+        "empty from host": lambda: torch.tensor([], device="musa"),
+        "empty to host": lambda: a[:0].cpu(),
     }.items():
         assert _sync_warnings(fn) == [], name
+
+
+def test_empty_copies_still_check_shapes(mode):
+    torch.musa.set_sync_debug_mode("error")
+    dst = torch.empty(0, 4, device="musa")
+    dst.copy_(torch.empty(0, 4))  # moves nothing: no error for a wait that does not happen
+    for bad in (torch.empty(0, 3), torch.empty(2, 4)):
+        with pytest.raises(RuntimeError, match="size|shape|expand|broadcast"):
+            dst.copy_(bad)
 
 
 def test_error_mode_raises_and_default_is_silent(mode):

@@ -170,12 +170,16 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor src = self.is_privateuseone() ? copy_source_alias(self, dst, out) : self;
   TORCH_CHECK(copyable(src) && copyable(out),
               "musa cannot copy between ", self.device(), " and ", dst.device());
-  if (C10_UNLIKELY(sync_debug_mode() != 0) && !non_blocking &&
+  // An empty copy moves nothing and waits for nothing, as CUDA's returns before its
+  // copy (Hugging Face's cache starts every layer's keys and values as
+  // torch.tensor([], device=...): a GPT-2 step made 24 of them).
+  const bool blocking = !non_blocking && dst.numel() != 0;
+  if (C10_UNLIKELY(sync_debug_mode() != 0) && blocking &&
       self.is_privateuseone() != dst.is_privateuseone())
     sync_point("a blocking copy between musa and the host");
   // A blocking copy to the host returns once the work queued on the current
   // stream has run, as CUDA's does (host_read_wait, driver/Driver.h).
-  if (!non_blocking && self.is_privateuseone() && !dst.is_privateuseone())
+  if (blocking && self.is_privateuseone() && !dst.is_privateuseone())
     wait_for_host_read(current_stream(self.device().index()));
   kernel_copy(out, src, non_blocking,
               !self.is_privateuseone() ? "Memcpy HtoD"
