@@ -82,7 +82,8 @@ fi
 if [[ " $STAGES " == *" phases "* ]]; then
   # A host-bound step's host issue time per phase (forward, backward, optimizer) on musa
   # and native cuda, from an idle queue and back to back; PHASES_ARGS: e.g.
-  # "--case gpt2-b4x256 --compiled --cprofile" (cProfile tables of each side too).
+  # "--case gpt2-b4x256 --compiled --cprofile" (cProfile tables of each side too), or
+  # "--case gpt2-b4x256 --ops" (each side's op calls, reported syncs and allocations).
   $PY benchmarks/step_phases.py --out "$RESULTS" ${PHASES_ARGS:-} || status=1
   $PY benchmarks/step_phases.py --out "$RESULTS" --back-to-back ${PHASES_ARGS:-} || status=1
 fi

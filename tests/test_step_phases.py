@@ -46,3 +46,25 @@ def test_cprofile_tables_name_the_step_s_calls_on_each_side(tmp_path):
         # the fused optimizer's one C++ entry per step, as cProfile counts it
         adamw = [line.split() for line in table.splitlines() if "_fused_adamw_" in line]
         assert [row[0] for row in adamw] == ["5"]
+
+
+def test_ops_compare_the_two_steps_calls_syncs_and_allocations(tmp_path):
+    phases = load_benchmark("step_phases")
+    assert phases.main(["--devices", "musa,cpu", "--small", "--steps", "2", "--ops",
+                        "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "step_phases_ops.json").read_text())
+    assert result["devices"] == ["musa", "cpu"]
+    # the CPU device has neither a sync debug mode nor allocator counters; musa has both
+    assert result["syncs_per_step"]["cpu"] is None and result["allocator_per_step"]["cpu"] is None
+    musa_alloc = result["allocator_per_step"]["musa"]
+    assert musa_alloc["allocation.all.allocated"] > 0 and musa_alloc["num_alloc_retries"] == 0
+    # the host driver's attention draws its dropout seed with .item(): reported as a sync
+    assert any("_local_scalar_dense" in k for k in result["syncs_per_step"]["musa"])
+    # rows are the calls whose counts differ, largest difference first
+    diffs = [abs(r["diff"]) for r in result["calls"]]
+    assert diffs and all(d > 0 for d in diffs) and diffs == sorted(diffs, reverse=True)
+    assert all(r["diff"] == r["musa"] - r["cpu"] for r in result["calls"])
+    assert result["self_us_total"]["musa"] > 0 and result["self_us_total"]["cpu"] > 0
+    table = (tmp_path / "step_phases_ops.md").read_text()
+    assert "| calls that differ (op <- caller) | musa | cpu |" in table
+    assert not list(tmp_path.glob("step_phases_ops_*.json"))  # the sides' files are folded in
