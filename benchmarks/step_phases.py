@@ -108,10 +108,9 @@ def op_census(step, device: str, sync, steps: int = 3) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    modes = [m for m in (getattr(torch, "musa", None) if device == "musa" else None,
-                         torch.cuda if torch.cuda.is_available() else None) if m is not None]
-    stats = (lambda: torch.musa.memory_stats()) if device == "musa" else \
-        (lambda: torch.cuda.memory_stats()) if device == "cuda" else None
+    modes = ([torch.musa] if device == "musa" else []) + ([torch.cuda] if torch.cuda.is_available() else [])
+    memory = {"musa": getattr(torch, "musa", None), "cuda": torch.cuda}.get(device)
+    stats = memory.memory_stats if memory is not None else None
     sync()
     before = stats() if stats else None
     with warnings.catch_warnings(record=True) as caught:
