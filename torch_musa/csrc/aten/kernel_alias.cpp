@@ -37,17 +37,57 @@ const KernelSide& kernel_side() {
   return k;
 }
 
-at::Tensor make_like(c10::Storage storage, c10::DispatchKeySet keys,
-                     const at::Tensor& like) {
-  // Zero tensors (autograd's efficient zeros) have no bytes: kernels must
-  // see them as such on both sides.
-  if (like._is_zerotensor()) keys = keys.add(c10::DispatchKey::ZeroTensor);
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), keys,
+// A kernel-device alias of a musa tensor. It takes the musa tensor's geometry as
+// ATen last computed it (sizes, strides, offset, element count and the layout flags)
+// instead of recomputing it: set_sizes_and_strides counts the elements and works out
+// contiguity and channels-last again, a third of an alias's cost, paid for every
+// argument of every op in a model, where consecutive ops' arguments differ in shape.
+struct AliasImpl final : c10::TensorImpl {
+  AliasImpl(c10::Storage storage, c10::DispatchKeySet keys, caffe2::TypeMeta dtype)
+      : c10::TensorImpl(std::move(storage), keys, dtype) {}
+  void take_geometry(c10::TensorImpl* t) {
+    if (C10_UNLIKELY(t->has_symbolic_sizes_strides())) {  // not a musa tensor's, but kept right
+      set_sizes_and_strides(t->sizes(), t->strides(), t->storage_offset());
+      return;
+    }
+    sizes_and_strides_ = t->sizes_and_strides();
+    storage_offset_ = t->storage_offset();
+    numel_ = t->numel();
+    is_contiguous_ = t->is_contiguous_default(at::MemoryFormat::Contiguous);
+    is_channels_last_contiguous_ = t->is_contiguous_default(at::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_contiguous_ = t->is_contiguous_default(at::MemoryFormat::ChannelsLast3d);
+    is_channels_last_ = t->is_strides_like_default(at::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_ = t->is_strides_like_default(at::MemoryFormat::ChannelsLast3d);
+    is_non_overlapping_and_dense_ = t->is_non_overlapping_and_dense_default();
+  }
+};
+
+void set_bits_like(c10::TensorImpl* impl, const at::Tensor& like) {
+  if (impl->is_conj() != like.is_conj()) impl->_set_conj(like.is_conj());
+  if (impl->is_neg() != like.is_neg()) impl->_set_neg(like.is_neg());
+}
+
+// Zero tensors (autograd's efficient zeros) have no bytes: kernels must see them as
+// such on both sides.
+c10::DispatchKeySet keys_like(c10::DispatchKeySet keys, const at::Tensor& like) {
+  return like._is_zerotensor() ? keys.add(c10::DispatchKey::ZeroTensor) : keys;
+}
+
+// A new alias of `like` (a musa tensor) over `storage`.
+at::Tensor alias_like(c10::Storage storage, c10::DispatchKeySet keys, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<AliasImpl>(std::move(storage), keys_like(keys, like),
+                                             like.dtype());
+  impl->take_geometry(like.unsafeGetTensorImpl());
+  set_bits_like(impl.get(), like);
+  return at::Tensor(std::move(impl));
+}
+
+// A musa tensor over `storage` with `like`'s geometry (a kernel's result mapped back).
+at::Tensor musa_like(c10::Storage storage, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), keys_like(kMusaKeys, like),
                                                    like.dtype());
-  impl->set_sizes_and_strides(like.sizes(), like.strides(),
-                              like.storage_offset());
-  if (like.is_conj()) impl->_set_conj(true);
-  if (like.is_neg()) impl->_set_neg(true);
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  set_bits_like(impl.get(), like);
   return at::Tensor(std::move(impl));
 }
 
@@ -106,28 +146,17 @@ c10::TensorImpl* take_pooled() {
   return impl;
 }
 
-// Sizes or strides equal: a loop the compiler inlines (ArrayRef's == calls memcmp).
-bool same_extents(c10::IntArrayRef a, c10::IntArrayRef b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
-// Re-points a pooled alias at `t`'s memory and metadata.
+// Re-points a pooled alias (always an AliasImpl: only aliases are pooled) at `t`'s
+// memory and metadata.
 at::Tensor reuse(c10::TensorImpl* pooled, c10::DataPtr dp, const at::Tensor& t) {
   at::Tensor a(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim(pooled));
-  c10::TensorImpl* impl = a.unsafeGetTensorImpl();
+  auto* impl = static_cast<AliasImpl*>(a.unsafeGetTensorImpl());
   c10::StorageImpl* as = storage_impl(a);
   as->set_data_ptr_noswap(std::move(dp));
   as->set_nbytes(storage_impl(t)->nbytes());
   if (impl->dtype() != t.dtype()) impl->set_storage_and_dtype(impl->storage(), t.dtype());
-  if (!same_extents(impl->sizes(), t.sizes()) || !same_extents(impl->strides(), t.strides()))
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  else if (impl->storage_offset() != t.storage_offset())
-    impl->set_storage_offset(t.storage_offset());
-  if (impl->is_conj() != t.is_conj()) impl->_set_conj(t.is_conj());
-  if (impl->is_neg() != t.is_neg()) impl->_set_neg(t.is_neg());
+  impl->take_geometry(t.unsafeGetTensorImpl());
+  set_bits_like(impl, t);
   return a;
 }
 
@@ -167,7 +196,7 @@ at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), s->nbytes(), std::move(dp),
       k.allocator, /*resizable=*/true);
-  return make_like(c10::Storage(std::move(storage)), k.keys, t);
+  return alias_like(c10::Storage(std::move(storage)), k.keys, t);
 }
 
 void materialize_alias(const c10::Storage& host_storage, c10::StorageImpl* musa_storage,
@@ -178,11 +207,11 @@ void materialize_alias(const c10::Storage& host_storage, c10::StorageImpl* musa_
 }
 
 at::Tensor kernel_alias_over(const c10::Storage& host_storage, const at::Tensor& t) {
-  return make_like(host_storage, kernel_side().keys, t);
+  return alias_like(host_storage, kernel_side().keys, t);
 }
 
 at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like) {
-  return make_like(storage, kMusaKeys, like);
+  return musa_like(storage, like);
 }
 
 bool retaggable_memory(const c10::StorageImpl* s) {
