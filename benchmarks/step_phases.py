@@ -108,7 +108,10 @@ def op_census(step, device: str, sync, steps: int = 3) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    modes = ([torch.musa] if device == "musa" else []) + ([torch.cuda] if torch.cuda.is_available() else [])
+    # CUDA's mode watches CUDA memory: native cuda's, and musa's under the cuda driver;
+    # a CPU-device process on a GPU machine has none to watch.
+    modes = ([torch.musa] if device == "musa" else []) + \
+        ([torch.cuda] if device in ("musa", "cuda") and torch.cuda.is_available() else [])
     memory = {"musa": getattr(torch, "musa", None), "cuda": torch.cuda}.get(device)
     stats = memory.memory_stats if memory is not None else None
     sync()
