@@ -46,10 +46,8 @@ struct AliasImpl final : c10::TensorImpl {
   AliasImpl(c10::Storage storage, c10::DispatchKeySet keys, caffe2::TypeMeta dtype)
       : c10::TensorImpl(std::move(storage), keys, dtype) {}
   void take_geometry(c10::TensorImpl* t) {
-    if (C10_UNLIKELY(t->has_symbolic_sizes_strides())) {  // not a musa tensor's, but kept right
-      set_sizes_and_strides(t->sizes(), t->strides(), t->storage_offset());
-      return;
-    }
+    // Real memory has concrete sizes (fake and meta tensors are not musa's).
+    TORCH_INTERNAL_ASSERT(!t->has_symbolic_sizes_strides(), "a musa tensor with symbolic sizes");
     sizes_and_strides_ = t->sizes_and_strides();
     storage_offset_ = t->storage_offset();
     numel_ = t->numel();
