@@ -10,7 +10,8 @@ a model consecutive calls seldom share a shape), counted from the op's entry
 wrapper, its aliases, the mapping of the result back. ``--step`` also counts one training
 step of a 12-layer GPT-2 of width 32 (bf16 autocast, fused AdamW; instructions and L1
 instruction-cache misses per step over four steps after three), where the ops' code is
-cold between calls as it is in a real model.
+cold between calls as it is in a real model. The step's figures include different casts:
+musa's autocast follows CUDA's op lists, the CPU device's its own.
 
     python benchmarks/op_instructions.py [--ops mm,addmm] [--step] [--out benchmarks/results]
 
@@ -145,7 +146,8 @@ def markdown(result: dict) -> str:
     if result.get("step"):
         s = result["step"]
         lines += ["", "A 12-layer GPT-2 of width 32, one training step (bf16 autocast, fused AdamW), "
-                  "per step over four:", "",
+                  "per step over four (musa's autocast follows CUDA's op lists, the CPU device's its own: "
+                  "the casts differ):", "",
                   "| per step | musa | CPU device | musa/CPU |", "|---|---:|---:|---:|"]
         lines += [f"| {label} | {s['musa'][k]:,.0f} | {s['cpu'][k]:,.0f} | {s['ratio'][k]:.3f} |"
                   for k, label in (("Ir", "instructions"), ("I1mr", "L1 instruction misses"),
