@@ -17,6 +17,16 @@ void release_storage(void* ctx) {
   c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
 }
 
+// A TensorImpl's device and keys, written directly. Retagging a result is most of what
+// mapping it back costs, once per op: set_storage_keep_dtype would copy the storage onto
+// itself to update the device (two atomic reference counts), and
+// _change_backend_component_keys works the new keys out anew each time. Both fields are
+// TensorImpl's protected members, reached through member pointers formed in a subclass.
+struct TensorFields : c10::TensorImpl {
+  static constexpr auto device = &TensorFields::device_opt_;
+  static constexpr auto keys = &TensorFields::key_set_;
+};
+
 const c10::DispatchKeySet kMusaKeys(c10::DispatchKey::PrivateUse1);
 
 // The keys and allocator of the kernels' device type (fixed by the driver).
@@ -27,12 +37,7 @@ struct KernelSide {
 };
 const KernelSide& kernel_side() {
   static const KernelSide k = [] {
-    const auto type = config().kernel_type;
-    return KernelSide{type,
-                      c10::DispatchKeySet(type == c10::DeviceType::CUDA
-                                              ? c10::DispatchKey::CUDA
-                                              : c10::DispatchKey::CPU),
-                      driver().kernel_allocator()};
+    return KernelSide{config().kernel_type, kernel_keys(), driver().kernel_allocator()};
   }();
   return k;
 }
@@ -90,8 +95,6 @@ at::Tensor musa_like(c10::Storage storage, const at::Tensor& like) {
 }
 
 }  // namespace
-
-c10::DispatchKeySet kernel_keys() { return kernel_side().keys; }
 
 c10::Device kernel_device(c10::DeviceIndex i) {
   const auto type = kernel_side().type;
@@ -162,7 +165,7 @@ at::Tensor reuse(c10::TensorImpl* pooled, c10::DataPtr dp, const at::Tensor& t) 
 
 void recycle_alias(at::Tensor& a, bool overflow_first) {
   c10::TensorImpl* impl = a.unsafeGetTensorImpl();
-  if (impl == nullptr || !a.has_storage() ||
+  if (impl == nullptr || storage_impl(a) == nullptr ||
       c10::raw::intrusive_ptr::use_count(impl) != 1 || impl->autograd_meta() != nullptr ||
       impl->_is_zerotensor() || impl->key_set().has(c10::DispatchKey::Python))
     return;
@@ -216,6 +219,15 @@ bool retaggable_memory(const c10::StorageImpl* s) {
   return s->data() != nullptr && device_allocator().owns(s->data_ptr());
 }
 
+namespace {
+
+// The last key set a result was retagged from on this thread, and the musa keys it became
+// (the same kernel device type's keys nearly every time).
+TORCH_MUSA_FAST_TLS thread_local uint64_t tl_retag_from = 0;
+TORCH_MUSA_FAST_TLS thread_local uint64_t tl_retag_to = 0;
+
+}  // namespace
+
 void retag_in_place(const at::Tensor& t, c10::DeviceIndex device, bool storage_too) {
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const c10::Device dev(c10::DeviceType::PrivateUse1, device);
@@ -224,18 +236,15 @@ void retag_in_place(const at::Tensor& t, c10::DeviceIndex device, bool storage_t
     s->mutable_data_ptr().unsafe_set_device(dev);
     s->set_allocator(&device_allocator());
   }
-  impl->set_storage_keep_dtype(t.storage());  // the device follows the storage
+  impl->*TensorFields::device = dev;  // as the storage's
+  const uint64_t from = impl->key_set().raw_repr();
+  if (C10_LIKELY(from == tl_retag_from)) {
+    impl->*TensorFields::keys = c10::DispatchKeySet(c10::DispatchKeySet::RAW, tl_retag_to);
+    return;
+  }
   impl->_change_backend_component_keys(dev);
-}
-
-at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device) {
-  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  c10::StorageImpl* s = storage_impl(t);
-  if (!retaggable_memory(s) || c10::raw::intrusive_ptr::use_count(s) != 1 ||
-      c10::raw::intrusive_ptr::use_count(impl) != 1 || !impl->allow_tensor_metadata_change())
-    return at::Tensor();
-  retag_in_place(t, device, /*storage_too=*/true);
-  return t;
+  tl_retag_from = from;
+  tl_retag_to = impl->key_set().raw_repr();
 }
 
 c10::Storage adopt_storage(const at::Tensor& t, c10::DeviceIndex device,

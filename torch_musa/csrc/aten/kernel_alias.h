@@ -6,6 +6,8 @@
 // same bytes, and are mapped back onto the musa storage afterwards.
 #pragma once
 
+#include "core/Device.h"
+
 #include <ATen/Tensor.h>
 
 namespace torch_musa {
@@ -43,24 +45,22 @@ void recycle_alias(at::Tensor& alias, bool overflow_first = false);
 
 // Where the kernels run: CPU under the host driver, CUDA under the cuda
 // driver. `kernel_device(i)` stands for musa:i (-1: the current device).
-c10::DispatchKeySet kernel_keys();
+inline c10::DispatchKeySet kernel_keys() {
+  return c10::DispatchKeySet(config().kernel_type == c10::DeviceType::CUDA ? c10::DispatchKey::CUDA
+                                                                          : c10::DispatchKey::CPU);
+}
 c10::Device kernel_device(c10::DeviceIndex musa_index);
 
 // A musa tensor with `like`'s sizes, strides, offset and conj/neg bits over
 // `storage`.
 at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like);
 
-// A fresh kernel result that nothing else holds, over memory of the musa
-// allocator (the host pool, or under the cuda driver CUDA's caching allocator),
-// turned into the musa tensor itself: only the tags change, no TensorImpl or
-// StorageImpl is made. Undefined when that does not apply.
-at::Tensor retag_as_musa(const at::Tensor& t, c10::DeviceIndex device);
-
-// The same for kernel-device tensors whose holders the caller has counted (a
-// compiled graph's results, hundreds per step, each made a new musa tensor and
-// Python object before): `retaggable_memory` says whether `s` came from the musa
-// allocator; `retag_in_place` turns `t` into a musa tensor on `device`, its
-// storage too when `storage_too` (the first of the tensors over it).
+// Kernel results that become musa tensors where they lie, only their tags changed (no
+// TensorImpl or StorageImpl made): an op's fresh result that nothing else holds
+// (KernelCall), a compiled graph's results whose holders the caller has counted.
+// `retaggable_memory` says whether `s` came from the musa allocator (the host pool, or
+// under the cuda driver CUDA's caching allocator); `retag_in_place` turns `t` into a
+// musa tensor on `device`, its storage too when `storage_too` (the first over it).
 bool retaggable_memory(const c10::StorageImpl* s);
 void retag_in_place(const at::Tensor& t, c10::DeviceIndex device, bool storage_too);
 

@@ -44,7 +44,6 @@ const int g_double_cast_at_load = parse_double_cast(g_double_cast_env);
 // -1: the value read at load.
 std::atomic<int> g_double_cast{-1};
 std::atomic<int> g_sync_debug{0};
-std::atomic<DebugHook> g_debug_hook{nullptr};
 std::atomic<DebugHook> g_value_check_hook{nullptr};
 
 bool exempt(const char* op) {
@@ -110,8 +109,8 @@ bool contiguous_input_op(const char* op) {
          std::strcmp(op, "aten::native_group_norm_backward") == 0;
 }
 }  // namespace
-DebugHook debug_hook() { return g_debug_hook.load(std::memory_order_relaxed); }
-void set_debug_hook(DebugHook hook) { g_debug_hook = hook; }
+std::atomic<DebugHook> detail::g_debug_hook{nullptr};
+void set_debug_hook(DebugHook hook) { detail::g_debug_hook = hook; }
 DebugHook value_check_hook() { return g_value_check_hook.load(std::memory_order_relaxed); }
 void set_value_check_hook(DebugHook hook) { g_value_check_hook = hook; }
 
@@ -330,11 +329,36 @@ const at::Tensor* KernelCall::original_of(const at::Tensor& host) const {
   return nullptr;
 }
 
+at::Tensor KernelCall::to_musa(at::Tensor&& t, int refs) {
+  if (fresh_result(t, refs)) {
+    retag_in_place(t, device(), /*storage_too=*/true);
+    return std::move(t);
+  }
+  return to_musa(std::as_const(t), refs);
+}
+
+bool KernelCall::fresh_result(const at::Tensor& t, int refs) const {
+  // Neither an argument's alias (this call holds it too) nor a view of one (its storage
+  // is the alias's, with release_storage's deleter) can pass; nor a layout tensor, whose
+  // TensorImpl does not hold the storage.
+  if (refs != 1 || downcast_ || !t.defined() || t.layout() != at::kStrided) return false;
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  c10::StorageImpl* s = storage_impl(t);
+  if (s == nullptr || impl->device_type() != config().kernel_type) return false;
+  return c10::raw::intrusive_ptr::use_count(impl) == 1 &&
+         c10::raw::intrusive_ptr::use_count(s) == 1 && retaggable_memory(s) &&
+         impl->allow_tensor_metadata_change();
+}
+
 at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
   if (!t.defined() || t.device().type() != config().kernel_type) return t;
   TORCH_CHECK(t.layout() == at::kStrided, op_name(), " produced a ", t.layout(),
               " tensor; musa supports only strided (dense) tensors. Compute it on "
               "the CPU device, or keep the data dense.");
+  if (fresh_result(t, refs)) {
+    retag_in_place(t, device(), /*storage_too=*/true);
+    return t;
+  }
   if (const at::Tensor* orig = original_of(t)) return *orig;
   if (C10_UNLIKELY(downcast_) && (t.scalar_type() == at::kFloat ||
                                   t.scalar_type() == at::kComplexFloat)) {
@@ -355,8 +379,6 @@ at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
   }
   for (auto& [host, musa] : adopted_)  // a few at most: fresh results are retagged
     if (host == s) return musa_tensor_over(musa, t);
-  if (refs == 1)
-    if (at::Tensor m = retag_as_musa(t, device()); m.defined()) return m;
   c10::Storage ms = adopt_storage(t, device(), refs);
   adopted_.emplace_back(s, ms);
   return musa_tensor_over(ms, t);

@@ -19,6 +19,7 @@
 #include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,7 +47,10 @@ void sync_point(const char* what);
 // op name, its arguments and its results. Null when off.
 using DebugHook = void (*)(const char* op, const std::vector<c10::IValue>& args,
                            const std::vector<c10::IValue>& results);
-DebugHook debug_hook();
+namespace detail {
+extern std::atomic<DebugHook> g_debug_hook;
+}  // namespace detail
+inline DebugHook debug_hook() { return detail::g_debug_hook.load(std::memory_order_relaxed); }
 void set_debug_hook(DebugHook hook);
 
 // The native kernels that produce values without a KernelCall (_copy_from and
@@ -143,6 +147,9 @@ class KernelCall {
   // A kernel's result as musa: an argument, a view of one, or adopted memory;
   // `refs_on_stack`: how many results share its storage (ResultStorages).
   at::Tensor to_musa(const at::Tensor& host, int refs_on_stack = 1);
+  // The same for a result the caller hands over: a fresh one is retagged and moved out,
+  // without a reference taken and dropped.
+  at::Tensor to_musa(at::Tensor&& host, int refs_on_stack = 1);
   // The musa argument that `host` stands for, or nullptr.
   const at::Tensor* original_of(const at::Tensor& host) const;
 
@@ -156,6 +163,9 @@ class KernelCall {
     bool cast;  // float64 computed in float32 (double cast), or a contiguous copy
     bool shared;  // made without materializing a copy-on-write storage (read only)
   };
+  // A kernel's fresh result that nothing else holds, over memory of the musa allocator:
+  // it becomes the musa tensor itself (retag_in_place), no TensorImpl or StorageImpl made.
+  bool fresh_result(const at::Tensor& t, int refs) const;
   bool storage_written(const c10::StorageImpl* s) {
     if (C10_LIKELY(written_storages_.size() < kIndexFrom)) {
       for (const c10::StorageImpl* w : written_storages_)

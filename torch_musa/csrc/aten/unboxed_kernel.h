@@ -113,7 +113,13 @@ template <> struct Arg<std::optional<at::Device>> {
 struct Results {
   KernelCall& call;
   c10::SmallVector<const at::Tensor*, 6> args;  // the caller's tensor arguments
-  ResultStorages refs;
+  std::optional<ResultStorages> refs;  // made once results are counted (lists, tuples)
+  void count(const at::Tensor& t) {
+    if (!refs) refs.emplace();
+    refs->count(t);
+  }
+  // How many results share `t`'s storage (1 for uncounted results).
+  int refs_of(const at::Tensor& t) const { return refs ? refs->refs_of(t) : 1; }
   // The caller's argument behind a host alias (in-place and out= results).
   const at::Tensor& argument(const at::Tensor& host) {
     const at::Tensor* orig = call.original_of(host);
@@ -124,18 +130,22 @@ struct Results {
   }
 
   template <class R> void count_all(const R&) {}
-  void count_all(const at::Tensor& t) { refs.count(t); }
-  void count_all(const std::vector<at::Tensor>& ts) { for (const auto& t : ts) refs.count(t); }
+  void count_all(const at::Tensor& t) { count(t); }
+  void count_all(const std::vector<at::Tensor>& ts) { for (const auto& t : ts) count(t); }
   template <class... Ts> void count_all(const std::tuple<Ts...>& t) {
     std::apply([&](const auto&... e) { (count_all(e), ...); }, t);
   }
 
   template <class R> R map(R r) { return r; }  // scalars and the like
-  at::Tensor map(const at::Tensor& t) { return call.to_musa(t, refs.refs_of(t)); }
+  at::Tensor map(const at::Tensor& t) { return call.to_musa(t, refs_of(t)); }
+  at::Tensor map(at::Tensor&& t) {
+    const int n = refs_of(t);
+    return call.to_musa(std::move(t), n);
+  }
   std::vector<at::Tensor> map(const std::vector<at::Tensor>& ts) {
     std::vector<at::Tensor> out;
     out.reserve(ts.size());
-    for (const auto& t : ts) out.push_back(call.to_musa(t, refs.refs_of(t)));
+    for (const auto& t : ts) out.push_back(call.to_musa(t, refs_of(t)));
     return out;
   }
 };
@@ -168,6 +178,10 @@ template <class... Ts> struct MapResult<std::tuple<Ts...>> {
 
 template <class T> void collect(Results&, const T&) {}
 inline void collect(Results& r, const at::Tensor& t) { r.args.push_back(&t); }
+// Whether the op returns arguments (in-place and out= ops): only those need them collected.
+template <class R> constexpr bool kReturnsArgument = std::is_reference_v<R>;
+template <class... Ts>
+constexpr bool kReturnsArgument<std::tuple<Ts...>> = (std::is_reference_v<Ts> || ...);
 
 template <class T> c10::IValue debug_value(const T&) { return c10::IValue(); }
 inline c10::IValue debug_value(const at::Tensor& t) { return t; }
@@ -223,18 +237,21 @@ struct UnboxedKernel<Op, Ret(Args...), Guard, Named> {
     const auto device = c.device();
     DeviceSwitch guard(device, Guard);
     const DebugHook hook = debug_hook();
-    std::vector<c10::IValue> debug_args;
-    if (C10_UNLIKELY(hook)) (debug_args.push_back(debug_value(args)), ...);
+    std::optional<std::vector<c10::IValue>> debug_args;  // only made for a hook
+    if (C10_UNLIKELY(hook)) {
+      debug_args.emplace();
+      (debug_args->push_back(debug_value(args)), ...);
+    }
     std::tuple<Arg<Args>...> host{Arg<Args>(c, args)...};
     Results res{c};
-    (collect(res, args), ...);
+    if constexpr (kReturnsArgument<Ret>) (collect(res, args), ...);
     if constexpr (std::is_void_v<Ret>) {
       {
         KernelAllocationScope scope(device);
         std::apply([](auto&... a) { Op::redispatch(cpu_keys(), a.get()...); }, host);
       }
       c.sync_written();
-      if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), debug_args, {});
+      if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), *debug_args, {});
     } else {
       auto run = [&]() -> Ret {
         KernelAllocationScope scope(device);
@@ -248,11 +265,11 @@ struct UnboxedKernel<Op, Ret(Args...), Guard, Named> {
       if constexpr (!std::is_same_v<std::decay_t<Ret>, at::Tensor>) res.count_all(r);
       if constexpr (std::is_reference_v<Ret>) {
         Ret out = MapResult<Ret>::run(res, r);
-        if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), debug_args, {debug_value(out)});
+        if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), *debug_args, {debug_value(out)});
         return out;
       } else {
         Ret out = MapResult<Ret>::run(res, std::move(r));
-        if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), debug_args, {debug_value(out)});
+        if (C10_UNLIKELY(hook)) hook(hook_name<Named>().c_str(), *debug_args, {debug_value(out)});
         return out;
       }
     }

@@ -16,8 +16,9 @@ void after_fork_in_child() {
   if (g_initialized.load()) g_bad_fork.store(true);
 }
 const int g_atfork = pthread_atfork(nullptr, nullptr, &after_fork_in_child);
-TORCH_MUSA_FAST_TLS thread_local c10::DeviceIndex t_device = 0;
 }  // namespace
+
+TORCH_MUSA_FAST_TLS thread_local c10::DeviceIndex detail::t_device = 0;
 
 RuntimeConfig detail::g_config __attribute__((init_priority(101)));
 
@@ -29,8 +30,6 @@ void check_device(c10::DeviceIndex index) {
       " (hardware profile ", config().profile,
       "; MUSA_VISIBLE_DEVICES narrows the set).");
 }
-
-c10::DeviceIndex current_device() { return t_device; }
 
 void use_driver(const std::string& name) {
   TORCH_CHECK(!is_initialized(), "the musa driver must be chosen before the "
@@ -45,7 +44,7 @@ void set_current_device(c10::DeviceIndex index) {
   check_not_forked();
   check_device(index);
   if (C10_UNLIKELY(config().native_streams)) driver().set_device(index);
-  t_device = index;
+  detail::t_device = index;
   mark_initialized();
 }
 
@@ -56,7 +55,7 @@ void restore_current_device(c10::DeviceIndex index) noexcept {
     } catch (...) {
     }
   }
-  t_device = index;
+  detail::t_device = index;
 }
 
 void check_not_forked() {

@@ -35,6 +35,8 @@ void use_driver(const std::string& name);
 
 namespace detail {
 extern RuntimeConfig g_config;
+// This thread's current musa device (read by every op's device guard).
+extern TORCH_MUSA_FAST_TLS thread_local c10::DeviceIndex t_device;
 }  // namespace detail
 // Read several times per op: a plain global (constructed before the library's
 // other globals, init_priority in Device.cpp) rather than a function-local
@@ -47,7 +49,7 @@ inline c10::DeviceIndex device_count() {
 // Raises the user-facing error for an index outside [0, device_count).
 void check_device(c10::DeviceIndex index);
 
-c10::DeviceIndex current_device();
+inline c10::DeviceIndex current_device() { return detail::t_device; }
 void set_current_device(c10::DeviceIndex index);
 // Puts back an index that was current before; never throws (for destructors).
 void restore_current_device(c10::DeviceIndex index) noexcept;

@@ -23,7 +23,6 @@ namespace torch_musa {
 using namespace detail;
 
 namespace {
-TORCH_MUSA_FAST_TLS thread_local int t_redirect = -1;
 c10::DeleterFnPtr g_host_raw_deleter = nullptr;
 std::atomic<int> g_unified{-1};
 std::atomic<bool> g_unified_used{false};
@@ -92,11 +91,7 @@ struct KernelAllocationRedirect final : c10::Allocator {
 KernelAllocationRedirect g_kernel_allocation_redirect;
 }  // namespace
 
-KernelAllocationScope::KernelAllocationScope(c10::DeviceIndex device) : prev_(t_redirect) {
-  // Only CPU kernels allocate through the CPU allocator on musa's behalf.
-  if (C10_LIKELY(config().kernel_type == c10::DeviceType::CPU)) t_redirect = device;
-}
-KernelAllocationScope::~KernelAllocationScope() { t_redirect = prev_; }
+TORCH_MUSA_FAST_TLS thread_local int detail::t_redirect = -1;
 
 void install_kernel_allocation_redirect() {
   if (g_kernel_allocation_redirect.host) return;

@@ -2,6 +2,8 @@
 // makes host kernels running for musa allocate device memory, storage resizing.
 #pragma once
 
+#include "core/Device.h"
+
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <ATen/core/Tensor.h>
@@ -196,10 +198,19 @@ void attach_out_of_memory_observer(OutOfMemoryObserver observer);
 // While alive, CPU allocations on this thread come from musa `device`'s pool
 // (tagged as CPU), so that a host kernel's fresh outputs are device memory and
 // can be adopted without a copy.
+namespace detail {
+extern TORCH_MUSA_FAST_TLS thread_local int t_redirect;  // the device, or -1
+}  // namespace detail
 class KernelAllocationScope {
  public:
-  explicit KernelAllocationScope(c10::DeviceIndex device);
-  ~KernelAllocationScope();
+  // Only CPU kernels allocate through the CPU allocator on musa's behalf.
+  explicit KernelAllocationScope(c10::DeviceIndex device) : prev_(detail::t_redirect) {
+    if (C10_LIKELY(config().kernel_type == c10::DeviceType::CPU)) detail::t_redirect = device;
+  }
+  ~KernelAllocationScope() { detail::t_redirect = prev_; }
+  KernelAllocationScope(const KernelAllocationScope&) = delete;
+  KernelAllocationScope& operator=(const KernelAllocationScope&) = delete;
+
  private:
   int prev_;
 };
