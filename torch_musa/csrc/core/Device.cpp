@@ -22,9 +22,9 @@ TORCH_MUSA_FAST_TLS thread_local c10::DeviceIndex detail::t_device = 0;
 
 RuntimeConfig detail::g_config __attribute__((init_priority(101)));
 
-void check_device(c10::DeviceIndex index) {
+void invalid_device(c10::DeviceIndex index) {
   TORCH_CHECK_INDEX(
-      index >= 0 && index < device_count(), "Invalid device musa:", int(index),
+      false, "Invalid device musa:", int(index),
       ": this process sees ", int(device_count()),
       " musa device(s), so valid indices are 0..", int(device_count()) - 1,
       " (hardware profile ", config().profile,

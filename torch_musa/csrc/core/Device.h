@@ -46,8 +46,12 @@ inline c10::DeviceIndex device_count() {
   return static_cast<c10::DeviceIndex>(config().device_count);
 }
 
-// Raises the user-facing error for an index outside [0, device_count).
-void check_device(c10::DeviceIndex index);
+// Raises the user-facing error for an index outside [0, device_count) (asked on every
+// allocation: the check inline, the message out of line).
+[[noreturn]] void invalid_device(c10::DeviceIndex index);
+inline void check_device(c10::DeviceIndex index) {
+  if (C10_UNLIKELY(index < 0 || index >= device_count())) invalid_device(index);
+}
 
 inline c10::DeviceIndex current_device() { return detail::t_device; }
 void set_current_device(c10::DeviceIndex index);
