@@ -243,9 +243,11 @@ def print_row(r):
           f"{r['ratio']:>7.3f} {spread:>13} {r['target']:>7.2f}  {'ok' if r['ok'] else 'MISS'}{issue}", flush=True)
 
 
-def gpt2_step(device: str, batch: int, seq: int, compiled: bool = False, **config):
+def gpt2_step(device: str, batch: int, seq: int, compiled: bool = False, amp: bool = True,
+              **config):
     """A GPT-2-small training step on ``device``, same weights and data everywhere;
-    ``compiled``: the model under ``torch.compile`` (Inductor, default mode);
+    ``compiled``: the model under ``torch.compile`` (Inductor, default mode); ``amp``: the
+    forward under bf16 autocast (False: float32, the same ops on every device type);
     ``config``: GPT2Config fields to change (scripts/diag_compiled_gpt2.py shrinks it)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -259,7 +261,7 @@ def gpt2_step(device: str, batch: int, seq: int, compiled: bool = False, **confi
 
     def step(mark=None):
         """``mark(phase)`` after each phase (benchmarks/step_phases.py times them)."""
-        with torch.autocast(device, dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
             loss = forward(input_ids=x, labels=x).loss
         mark and mark("forward")
         loss.backward()

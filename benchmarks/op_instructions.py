@@ -8,10 +8,11 @@ a model consecutive calls seldom share a shape), counted from the op's entry
 (``at::_ops::<op>::call``) with one intra-op thread. Both devices run the same CPU kernel
 (musa's ``add`` its direct path), so the difference is musa's own per-call work: the
 wrapper, its aliases, the mapping of the result back. ``--step`` also counts one training
-step of a 12-layer GPT-2 of width 32 (bf16 autocast, fused AdamW; instructions and L1
+step of a 12-layer GPT-2 of width 32 (float32, fused AdamW; instructions and L1
 instruction-cache misses per step over four steps after three), where the ops' code is
-cold between calls as it is in a real model. The step's figures include different casts:
-musa's autocast follows CUDA's op lists, the CPU device's its own.
+cold between calls as it is in a real model. The step runs without autocast: under it
+musa follows CUDA's cast lists and the CPU device its own, so the two would not run the
+same ops.
 
     python benchmarks/op_instructions.py [--ops mm,addmm] [--step] [--out benchmarks/results]
 
@@ -69,7 +70,7 @@ if dev == "musa":
     import torch_musa  # noqa: F401
 torch.set_num_threads(1)
 from bench_cuda_driver import gpt2_step
-step = gpt2_step(dev, 2, 16, n_layer=12, n_embd=32, n_head=2, vocab_size=64,
+step = gpt2_step(dev, 2, 16, amp=False, n_layer=12, n_embd=32, n_head=2, vocab_size=64,
                  attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
 for _ in range(3):
     step()
@@ -145,9 +146,8 @@ def markdown(result: dict) -> str:
               for r in result["ops"]]
     if result.get("step"):
         s = result["step"]
-        lines += ["", "A 12-layer GPT-2 of width 32, one training step (bf16 autocast, fused AdamW), "
-                  "per step over four (musa's autocast follows CUDA's op lists, the CPU device's its own: "
-                  "the casts differ):", "",
+        lines += ["", "A 12-layer GPT-2 of width 32, one training step (float32, fused AdamW: the same "
+                  "ops on both devices), per step over four:", "",
                   "| per step | musa | CPU device | musa/CPU |", "|---|---:|---:|---:|"]
         lines += [f"| {label} | {s['musa'][k]:,.0f} | {s['cpu'][k]:,.0f} | {s['ratio'][k]:.3f} |"
                   for k, label in (("Ir", "instructions"), ("I1mr", "L1 instruction misses"),
