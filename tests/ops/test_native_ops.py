@@ -129,3 +129,32 @@ def test_view_as_real_and_complex_share_memory():
     assert z[0].real.item() == 5.0 and c[0].real.item() == 5.0
     u = r.reshape(-1).unfold(0, 2, 2)
     assert u.data_ptr() == z.data_ptr() and torch.equal(u.cpu(), r.cpu())
+
+
+def test_pooled_aliases_carry_each_arguments_conj_and_neg_bits():
+    """The aliases an op hands its kernel are pooled and re-pointed call after call; the
+    conjugate and negative bits (dispatch keys, copied with the geometry) must be each
+    argument's own, never a previous call's: conj, neg and plain arguments in turn."""
+    def run(dev):
+        g = torch.Generator().manual_seed(3)
+        x, y = (torch.randn(4, 4, generator=g).to(dev) for _ in range(2))
+        z = torch.complex(x, y)
+        neg = z.conj().imag  # a real view with the negative bit
+        out = []
+        for _ in range(2):
+            out.append(torch.mm(z.conj(), z))
+            out.append(torch.mm(z, z))
+            out.append(torch.mm(neg, x))
+            out.append(torch.mm(x, neg))
+            out.append(torch.mm(x, y))
+            out.append(torch.addmm(z, z.conj(), z.conj()))
+        return out
+
+    import torch_musa
+
+    exact = torch_musa._driver.KERNEL_DEVICE == "cpu"  # the CPU's own kernels
+    got, want = run("musa"), run("cpu")
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert not g.is_conj() and not g.is_neg()
+        torch.testing.assert_close(g.cpu(), w, rtol=0 if exact else None, atol=0 if exact else None,
+                                   msg=lambda m: f"call {i}: {m}")

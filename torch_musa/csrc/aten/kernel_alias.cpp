@@ -34,6 +34,10 @@ struct KernelSide {
   c10::DeviceType type;
   c10::DispatchKeySet keys;
   c10::Allocator* allocator;
+  // The kernel device standing for musa:i (the CPU has no indices).
+  c10::Device device(c10::DeviceIndex i) const {
+    return type == c10::DeviceType::CPU ? c10::Device(type) : c10::Device(type, i);
+  }
 };
 const KernelSide& kernel_side() {
   static const KernelSide k = [] {
@@ -47,10 +51,13 @@ const KernelSide& kernel_side() {
 // instead of recomputing it: set_sizes_and_strides counts the elements and works out
 // contiguity and channels-last again, a third of an alias's cost, paid for every
 // argument of every op in a model, where consecutive ops' arguments differ in shape.
+// The conjugate and negative bits, which are dispatch keys, are copied as keys.
 struct AliasImpl final : c10::TensorImpl {
   AliasImpl(c10::Storage storage, c10::DispatchKeySet keys, caffe2::TypeMeta dtype)
       : c10::TensorImpl(std::move(storage), keys, dtype) {}
-  void take_geometry(c10::TensorImpl* t) {
+  void take_metadata(c10::TensorImpl* t) {
+    constexpr c10::DispatchKeySet kBits({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative});
+    key_set_ = (key_set_ - kBits) | (t->key_set() & kBits);
     // Real memory has concrete sizes (fake and meta tensors are not musa's).
     TORCH_INTERNAL_ASSERT(!t->has_symbolic_sizes_strides(), "a musa tensor with symbolic sizes");
     sizes_and_strides_ = t->sizes_and_strides();
@@ -80,8 +87,7 @@ c10::DispatchKeySet keys_like(c10::DispatchKeySet keys, const at::Tensor& like) 
 at::Tensor alias_like(c10::Storage storage, c10::DispatchKeySet keys, const at::Tensor& like) {
   auto impl = c10::make_intrusive<AliasImpl>(std::move(storage), keys_like(keys, like),
                                              like.dtype());
-  impl->take_geometry(like.unsafeGetTensorImpl());
-  set_bits_like(impl.get(), like);
+  impl->take_metadata(like.unsafeGetTensorImpl());
   return at::Tensor(std::move(impl));
 }
 
@@ -96,10 +102,7 @@ at::Tensor musa_like(c10::Storage storage, const at::Tensor& like) {
 
 }  // namespace
 
-c10::Device kernel_device(c10::DeviceIndex i) {
-  const auto type = kernel_side().type;
-  return type == c10::DeviceType::CPU ? c10::Device(type) : c10::Device(type, i);
-}
+c10::Device kernel_device(c10::DeviceIndex i) { return kernel_side().device(i); }
 
 namespace {
 
@@ -156,8 +159,7 @@ at::Tensor reuse(c10::TensorImpl* pooled, c10::DataPtr dp, const at::Tensor& t) 
   as->set_data_ptr_noswap(std::move(dp));
   as->set_nbytes(storage_impl(t)->nbytes());
   if (impl->dtype() != t.dtype()) impl->set_storage_and_dtype(impl->storage(), t.dtype());
-  impl->take_geometry(t.unsafeGetTensorImpl());
-  set_bits_like(impl, t);
+  impl->take_metadata(t.unsafeGetTensorImpl());
   return a;
 }
 
@@ -191,7 +193,7 @@ at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {
   c10::raw::intrusive_ptr::incref(s);
   const KernelSide& k = kernel_side();
   c10::DataPtr dp(materialize ? s->mutable_data() : const_cast<void*>(s->data()), s,
-                  &release_storage, kernel_device(t.device().index()));
+                  &release_storage, k.device(t.device().index()));
   if (!t._is_zerotensor())
     if (c10::TensorImpl* pooled = take_pooled()) return reuse(pooled, std::move(dp), t);
   auto storage = c10::make_intrusive<c10::StorageImpl>(
