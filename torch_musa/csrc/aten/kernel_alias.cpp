@@ -29,21 +29,11 @@ struct TensorFields : c10::TensorImpl {
 
 const c10::DispatchKeySet kMusaKeys(c10::DispatchKey::PrivateUse1);
 
-// The keys and allocator of the kernels' device type (fixed by the driver).
-struct KernelSide {
-  c10::DeviceType type;
-  c10::DispatchKeySet keys;
-  c10::Allocator* allocator;
-  // The kernel device standing for musa:i (the CPU has no indices).
-  c10::Device device(c10::DeviceIndex i) const {
-    return type == c10::DeviceType::CPU ? c10::Device(type) : c10::Device(type, i);
-  }
-};
-const KernelSide& kernel_side() {
-  static const KernelSide k = [] {
-    return KernelSide{config().kernel_type, kernel_keys(), driver().kernel_allocator()};
-  }();
-  return k;
+// The allocator of the kernels' device type (fixed by the driver), for the storage of an
+// alias the pool could not give.
+c10::Allocator* kernel_allocator() {
+  static c10::Allocator* const allocator = driver().kernel_allocator();
+  return allocator;
 }
 
 // A kernel-device alias of a musa tensor. It takes the musa tensor's geometry as
@@ -101,8 +91,6 @@ at::Tensor musa_like(c10::Storage storage, const at::Tensor& like) {
 }
 
 }  // namespace
-
-c10::Device kernel_device(c10::DeviceIndex i) { return kernel_side().device(i); }
 
 namespace {
 
@@ -191,15 +179,14 @@ void recycle_alias(at::Tensor& a, bool overflow_first) {
 at::Tensor kernel_alias(const at::Tensor& t, bool materialize) {
   c10::StorageImpl* s = storage_impl(t);
   c10::raw::intrusive_ptr::incref(s);
-  const KernelSide& k = kernel_side();
   c10::DataPtr dp(materialize ? s->mutable_data() : const_cast<void*>(s->data()), s,
-                  &release_storage, k.device(t.device().index()));
+                  &release_storage, kernel_device(t.device().index()));
   if (!t._is_zerotensor())
     if (c10::TensorImpl* pooled = take_pooled()) return reuse(pooled, std::move(dp), t);
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), s->nbytes(), std::move(dp),
-      k.allocator, /*resizable=*/true);
-  return alias_like(c10::Storage(std::move(storage)), k.keys, t);
+      kernel_allocator(), /*resizable=*/true);
+  return alias_like(c10::Storage(std::move(storage)), kernel_keys(), t);
 }
 
 void materialize_alias(const c10::Storage& host_storage, c10::StorageImpl* musa_storage,
@@ -210,7 +197,7 @@ void materialize_alias(const c10::Storage& host_storage, c10::StorageImpl* musa_
 }
 
 at::Tensor kernel_alias_over(const c10::Storage& host_storage, const at::Tensor& t) {
-  return alias_like(host_storage, kernel_side().keys, t);
+  return alias_like(host_storage, kernel_keys(), t);
 }
 
 at::Tensor musa_tensor_over(const c10::Storage& storage, const at::Tensor& like) {

@@ -49,7 +49,10 @@ inline c10::DispatchKeySet kernel_keys() {
   return c10::DispatchKeySet(config().kernel_type == c10::DeviceType::CUDA ? c10::DispatchKey::CUDA
                                                                           : c10::DispatchKey::CPU);
 }
-c10::Device kernel_device(c10::DeviceIndex musa_index);
+inline c10::Device kernel_device(c10::DeviceIndex musa_index) {
+  const c10::DeviceType type = config().kernel_type;  // the CPU has no indices
+  return type == c10::DeviceType::CPU ? c10::Device(type) : c10::Device(type, musa_index);
+}
 
 // A musa tensor with `like`'s sizes, strides, offset and conj/neg bits over
 // `storage`.

@@ -334,7 +334,15 @@ at::Tensor KernelCall::to_musa(at::Tensor&& t, int refs) {
     retag_in_place(t, device(), /*storage_too=*/true);
     return std::move(t);
   }
-  return to_musa(std::as_const(t), refs);
+  return mapped_back(t, refs);
+}
+
+at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
+  if (fresh_result(t, refs)) {
+    retag_in_place(t, device(), /*storage_too=*/true);
+    return t;
+  }
+  return mapped_back(t, refs);
 }
 
 bool KernelCall::fresh_result(const at::Tensor& t, int refs) const {
@@ -350,15 +358,11 @@ bool KernelCall::fresh_result(const at::Tensor& t, int refs) const {
          impl->allow_tensor_metadata_change();
 }
 
-at::Tensor KernelCall::to_musa(const at::Tensor& t, int refs) {
+at::Tensor KernelCall::mapped_back(const at::Tensor& t, int refs) {
   if (!t.defined() || t.device().type() != config().kernel_type) return t;
   TORCH_CHECK(t.layout() == at::kStrided, op_name(), " produced a ", t.layout(),
               " tensor; musa supports only strided (dense) tensors. Compute it on "
               "the CPU device, or keep the data dense.");
-  if (fresh_result(t, refs)) {
-    retag_in_place(t, device(), /*storage_too=*/true);
-    return t;
-  }
   if (const at::Tensor* orig = original_of(t)) return *orig;
   if (C10_UNLIKELY(downcast_) && (t.scalar_type() == at::kFloat ||
                                   t.scalar_type() == at::kComplexFloat)) {

@@ -166,6 +166,8 @@ class KernelCall {
   // A kernel's fresh result that nothing else holds, over memory of the musa allocator:
   // it becomes the musa tensor itself (retag_in_place), no TensorImpl or StorageImpl made.
   bool fresh_result(const at::Tensor& t, int refs) const;
+  // Any other result: an argument, a view of one, or memory adopted or copied.
+  at::Tensor mapped_back(const at::Tensor& t, int refs);
   bool storage_written(const c10::StorageImpl* s) {
     if (C10_LIKELY(written_storages_.size() < kIndexFrom)) {
       for (const c10::StorageImpl* w : written_storages_)

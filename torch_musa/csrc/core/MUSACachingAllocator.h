@@ -195,12 +195,12 @@ using OutOfMemoryObserver = std::function<void(int64_t device, int64_t alloc,
                                                int64_t device_allocated, int64_t device_free)>;
 void attach_out_of_memory_observer(OutOfMemoryObserver observer);
 
-// While alive, CPU allocations on this thread come from musa `device`'s pool
-// (tagged as CPU), so that a host kernel's fresh outputs are device memory and
-// can be adopted without a copy.
 namespace detail {
 extern TORCH_MUSA_FAST_TLS thread_local int t_redirect;  // the device, or -1
 }  // namespace detail
+// While alive, CPU allocations on this thread come from musa `device`'s pool
+// (tagged as CPU), so that a host kernel's fresh outputs are device memory and
+// can be adopted without a copy.
 class KernelAllocationScope {
  public:
   // Only CPU kernels allocate through the CPU allocator on musa's behalf.
