@@ -422,16 +422,19 @@ class Worker:
 
 
 def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | None = None,
-               compiled: bool = False, cpus: set[int] | None = None) -> dict:
+               compiled: bool = False, cpus: set[int] | None = None, control: bool = False) -> dict:
     """Both sides run in fresh processes of their own: a long-lived process that had
     compiled an earlier case ran the next eager one up to 1.4x slower (lent H100). With
-    ``cpus``, both are pinned to them after the warm-up (compilation keeps every CPU)."""
+    ``cpus``, both are pinned to them after the warm-up (compilation keeps every CPU).
+    ``control``: native cuda in musa's place too, timed the same way: the spread of its
+    rounds is the host's alone, what a per-round target can be held to there."""
     cfg = TRAIN_CASES[case]
     batch, seq, n_layer = cfg["batch"], cfg["seq"], cfg["n_layer"]
     steps = steps or cfg["steps"]
     chunk = min(cfg["chunk"], steps)
     chunks = max(1, steps // chunk)
-    workers = {side: Worker(side, batch, seq, n_layer, chunk, compiled) for side in ("musa", "cuda")}
+    workers = {side: Worker("cuda" if control else side, batch, seq, n_layer, chunk, compiled)
+               for side in ("musa", "cuda")}
     losses = {"musa": [], "cuda": []}
     for _ in range(3):  # warm-up steps (allocator, kernel choice)
         for side, w in workers.items():
@@ -469,8 +472,11 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     kind = "host_bound" if cfg["host_bound"] else "train_compiled" if compiled else "train"
     layers = "" if n_layer == 12 else f" {n_layer}-layer"
     label = f"GPT-2 small{layers} step{' compiled' if compiled else ''} b{batch}x{seq} bf16"
+    if control:
+        label = f"control, cuda in musa's place: {label}"
     row = summarise(label, kind, times, issue)
     row["case"] = case
+    row["control"] = control
     row["steps_per_round"] = chunk * chunks
     row["steps_per_chunk"] = chunk
     row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
@@ -611,6 +617,9 @@ def main(argv=None) -> int:
                     help="CPUs both training workers share after the warm-up: all (unpinned, the default), "
                          "auto (the last 4 of 8 or more), or a list such as 12-15; pinned on a lent H100, "
                          "single rounds strayed no less (docs/PERFORMANCE.md, run 6)")
+    ap.add_argument("--control", action="store_true",
+                    help="after each training case, the same with native cuda on both sides (the "
+                         "spread the host alone gives a round)")
     ap.add_argument("--train-worker", choices=("musa", "cuda"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.train_worker:
@@ -632,12 +641,13 @@ def main(argv=None) -> int:
     if not args.skip_train:
         for case in args.cases.split(","):
             for compiled in {"eager": [False], "compiled": [True], "both": [False, True]}[args.train]:
-                result["rows"].append(bench_gpt2(train_rounds, args.steps, case,
-                                                 args.out if args.profile else None,
-                                                 compiled, worker_cpus(args.cpus)))
-                # Written after every case: a lent machine's time limit, or the machine
-                # taken back, still leaves the cases that finished.
-                write(args.out, result)
+                for control in (False, True) if args.control else (False,):
+                    result["rows"].append(bench_gpt2(train_rounds, args.steps, case,
+                                                     args.out if args.profile and not control else None,
+                                                     compiled, worker_cpus(args.cpus), control))
+                    # Written after every case: a lent machine's time limit, or the machine
+                    # taken back, still leaves the cases that finished.
+                    write(args.out, result)
     return 0
 
 

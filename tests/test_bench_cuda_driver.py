@@ -129,7 +129,7 @@ def test_the_results_are_written_after_every_training_case(bench, tmp_path, monk
     monkeypatch.setattr(bench, "machine", lambda: machine)
     done = []
 
-    def case(rounds, steps, name, profile_dir, compiled, cpus):
+    def case(rounds, steps, name, profile_dir, compiled, cpus, control=False):
         if done:
             raise KeyboardInterrupt  # the machine goes away during the second case
         done.append(name)
@@ -174,3 +174,35 @@ def test_quiet_chunks_see_through_a_host_that_slows_one_side(bench, tmp_path):
     bench.write(str(tmp_path), {"machine": machine, "rounds": 1, "train_rounds": 1, "rows": [row]})
     table = (tmp_path / "cuda_driver.md").read_text()
     assert f"| {got['quiet_ratio']:.3f} ({got['quiet_cpu_ratio']:.3f}) | ≤ 1.1 | MISS |" in table
+
+
+def test_the_control_runs_native_cuda_in_musas_place_and_says_so(bench, monkeypatch):
+    # The control's rounds spread only as the host makes them: both slots run the same
+    # native worker, interleaved as a real comparison is.
+    started, chunks = [], []
+
+    class FakeWorker:
+        def __init__(self, device, batch, seq, n_layer, steps, compiled):
+            started.append(device)
+            self.device = device
+
+        def ask(self, cmd, parse=None):
+            if cmd == "warmup":
+                return 10.0
+            chunks.append(cmd)  # every third chunk of either side runs on a slowed host
+            wall = 0.010 * (1.2 if len(chunks) % 3 == 0 else 1.0)
+            usage = {"main_cpu_ms": 6.0, "other_threads_cpu_ms": 3.0, "involuntary_switches": 0.0,
+                     "voluntary_switches": 1.0, "page_faults": 0.0, "threads": 4, "cpu": 1}
+            return [wall, wall * 0.8, 0, usage]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(bench, "Worker", FakeWorker)
+    row = bench.bench_gpt2(3, None, "gpt2-2layer-b4x256", control=True)
+    assert started == ["cuda", "cuda"]
+    assert row["control"] is True and row["name"].startswith("control, cuda in musa's place: ")
+    assert len(row["round_ratios"]) == 3 and row["ratio_max"] > 1.0 > row["ratio_min"] * 0.99
+    started.clear()
+    assert bench.bench_gpt2(3, None, "gpt2-2layer-b4x256")["control"] is False
+    assert started == ["musa", "cuda"]
