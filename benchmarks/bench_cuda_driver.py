@@ -331,12 +331,39 @@ def worker_cpus(spec: str) -> set[int] | None:
     return cpus
 
 
+#: Threads whose CPU time is told apart (by name, /proc/self/task/*/comm): autograd's
+#: device threads (PyTorch names them) and musa's device-wait helper (a CUDA wait spins:
+#: musa's synchronize spends on that thread what native's spends on the main one).
+THREAD_GROUPS = {"autograd": "pt_autograd", "device_wait": "musa_wait"}
+
+
+def thread_cpu_s() -> dict:
+    """CPU seconds so far of each thread of this process that a THREAD_GROUPS name
+    starts, by thread id, with its group (schedstat: nanoseconds, not clock ticks)."""
+    out = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                group = next((g for g, prefix in THREAD_GROUPS.items() if name.startswith(prefix)), None)
+                if group:
+                    with open(f"/proc/self/task/{tid}/schedstat") as f:
+                        out[tid] = (group, int(f.read().split()[0]) / 1e9)
+            except OSError:  # the thread ended meanwhile
+                continue
+    except OSError:  # not Linux
+        pass
+    return out
+
+
 def process_usage() -> dict:
-    """This process's CPU time (all threads, and the main thread's own), context
-    switches (involuntary: preempted; voluntary: waiting, on a lock or the GPU), page
-    faults, threads, and the CPU the main thread last ran on: whether a side's slower
-    chunks come from threads of its own competing, from waits, from memory it keeps
-    returning to the system and faulting back in, or from where it was placed."""
+    """This process's CPU time (all threads, the main thread's own, and those of
+    THREAD_GROUPS), context switches (involuntary: preempted; voluntary: waiting, on a
+    lock or the GPU), page faults, threads, and the CPU the main thread last ran on:
+    whether a side's slower chunks come from threads of its own competing, from waits,
+    from memory it keeps returning to the system and faulting back in, or from where it
+    was placed."""
     try:
         with open("/proc/thread-self/stat") as f:  # field 39, "processor"
             cpu = int(f.read().rsplit(")", 1)[1].split()[36])
@@ -346,13 +373,18 @@ def process_usage() -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"process_s": time.process_time(), "main_s": time.thread_time(),
             "switches": usage.ru_nivcsw, "waits": usage.ru_nvcsw, "faults": usage.ru_minflt + usage.ru_majflt,
-            "threads": threads, "cpu": cpu}
+            "threads": threads, "cpu": cpu, "named_threads": thread_cpu_s()}
 
 
 def usage_per_step(before: dict, after: dict, steps: int) -> dict:
     process = (after["process_s"] - before["process_s"]) / steps * 1e3
     main = (after["main_s"] - before["main_s"]) / steps * 1e3
+    groups = dict.fromkeys(THREAD_GROUPS, 0.0)
+    old = before.get("named_threads", {})
+    for tid, (group, s) in after.get("named_threads", {}).items():
+        groups[group] += (s - old.get(tid, (group, 0.0))[1]) / steps * 1e3  # a new thread from 0
     return {"main_cpu_ms": main, "other_threads_cpu_ms": max(process - main, 0.0),
+            **{f"{g}_cpu_ms": ms for g, ms in groups.items()},
             "involuntary_switches": (after["switches"] - before["switches"]) / steps,
             "voluntary_switches": (after["waits"] - before["waits"]) / steps,
             "page_faults": (after["faults"] - before["faults"]) / steps,
@@ -496,7 +528,8 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
         f"{row['quiet_ratio']:.3f} (CPU {row['quiet_cpu_ratio']:.3f}); the same step's CPU time up to "
         + ", ".join(f"{side} {x:.1f}x" for side, x in row["cpu_spread"].items()) + " its quiet figure", flush=True)
     print("  per step: " + "; ".join(
-        f"{side} main thread {p['main_cpu_ms']:.2f} ms CPU + other threads {p['other_threads_cpu_ms']:.2f}, "
+        f"{side} main thread {p['main_cpu_ms']:.2f} ms CPU + other threads {p['other_threads_cpu_ms']:.2f} "
+        f"(autograd {p['autograd_cpu_ms']:.2f}, device waits {p['device_wait_cpu_ms']:.2f}), "
         f"{p['involuntary_switches']:.2f} involuntary and {p['voluntary_switches']:.2f} voluntary switches, "
         f"{p['page_faults']:.1f} page faults, {p['threads']} threads, CPUs {p['cpus']}"
         for side, p in row["process"].items()), flush=True)
@@ -511,9 +544,9 @@ def process_summary(chunk_usage: list[dict]) -> dict:
         chunks = [u for r in chunk_usage for u in r.get(side, [])]
         if not chunks:
             continue
-        out[side] = {k: statistics.median(u[k] for u in chunks)
-                     for k in ("main_cpu_ms", "other_threads_cpu_ms", "involuntary_switches",
-                               "voluntary_switches", "page_faults")}
+        out[side] = {k: statistics.median(u.get(k, 0.0) for u in chunks)
+                     for k in ("main_cpu_ms", "other_threads_cpu_ms", "autograd_cpu_ms", "device_wait_cpu_ms",
+                               "involuntary_switches", "voluntary_switches", "page_faults")}
         out[side]["threads"] = max(u["threads"] for u in chunks)
         out[side]["cpus"] = sorted({u["cpu"] for u in chunks})
     return out
@@ -561,11 +594,12 @@ def write(out: str, result: dict) -> None:
         lines += ["", "| training step | each round, musa/cuda |", "|---|---|"]
         lines += [f"| {r['name']} | {', '.join(f'{x:.3f}' for x in r['round_ratios'])} |" for r in train]
         # Each worker process per step, medians over its chunks (process_usage).
-        lines += ["", "| training step | side | main thread CPU ms | other threads CPU ms | "
-                  "involuntary switches | voluntary switches | page faults | threads | main thread's CPUs | "
-                  "slowest chunk's CPU time / quiet |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+        lines += ["", "| training step | side | main thread CPU ms | other threads CPU ms | of which autograd's "
+                  "| of which device waits' | involuntary switches | voluntary switches | page faults | threads "
+                  "| main thread's CPUs | slowest chunk's CPU time / quiet |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
         lines += [f"| {r['name']} | {side} | {p['main_cpu_ms']:.2f} | {p['other_threads_cpu_ms']:.2f} | "
+                  f"{p.get('autograd_cpu_ms', 0.0):.2f} | {p.get('device_wait_cpu_ms', 0.0):.2f} | "
                   f"{p['involuntary_switches']:.2f} | {p['voluntary_switches']:.2f} | "
                   f"{p['page_faults']:.1f} | {p['threads']} | "
                   f"{', '.join(map(str, p['cpus']))} | "

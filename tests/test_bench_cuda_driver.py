@@ -44,6 +44,11 @@ def test_a_training_worker_answers_warmup_chunk_and_profile(bench, tmp_path):
         assert usage["other_threads_cpu_ms"] >= 0 and usage["involuntary_switches"] >= 0
         assert usage["page_faults"] >= 0 and usage["voluntary_switches"] >= 0
         assert usage["threads"] >= 1 and usage["cpu"] >= 0
+        # Autograd's device threads are told apart by name: idle here, as the host driver
+        # runs musa's backward on the caller's thread (_runtime.py), and waits for the
+        # device there too, not on the wait helper.
+        assert 0 <= usage["autograd_cpu_ms"] < 0.1 * usage["main_cpu_ms"]
+        assert usage["device_wait_cpu_ms"] == 0
         path = tmp_path / "profile.txt"
         got = worker.ask(f"profile {path}")
         assert got["issue_ms"] > 0 and "aten::" in path.read_text()
@@ -117,7 +122,17 @@ def test_each_sides_process_usage_is_summarised_and_tabled(bench, tmp_path):
     machine = {"gpu": "test GPU", "torch": "x", "cuda": "y", "python": "3", "cpu_count": 2}
     bench.write(str(tmp_path), {"machine": machine, "rounds": 1, "train_rounds": 1, "rows": [row]})
     table = (tmp_path / "cuda_driver.md").read_text()
-    assert "| GPT-2 small step b4x256 bf16 | musa | 6.00 | 0.20 | 0.50 | 2.00 | 60.0 | 9 | 3, 4 |" in table
+    assert "| GPT-2 small step b4x256 bf16 | musa | 6.00 | 0.20 | 0.00 | 0.00 | 0.50 | 2.00 | 60.0 | 9 | 3, 4 |" in table
+
+
+def test_named_threads_cpu_time_is_counted_per_group_and_new_threads_from_zero(bench):
+    before = {"process_s": 1.0, "main_s": 0.5, "switches": 0, "waits": 0, "faults": 0, "threads": 3, "cpu": 0,
+              "named_threads": {"11": ("autograd", 2.0)}}
+    after = dict(before, process_s=1.4, main_s=0.6,
+                 named_threads={"11": ("autograd", 2.2), "12": ("device_wait", 0.08)})
+    got = bench.usage_per_step(before, after, steps=4)
+    assert got["autograd_cpu_ms"] == pytest.approx(50.0) and got["device_wait_cpu_ms"] == pytest.approx(20.0)
+    assert got["other_threads_cpu_ms"] == pytest.approx(75.0)
 
 
 def test_the_results_are_written_after_every_training_case(bench, tmp_path, monkeypatch):

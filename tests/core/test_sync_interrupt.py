@@ -189,3 +189,22 @@ def test_a_forked_child_gets_a_helper_of_its_own(subpython):
     """, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["7"]
+
+
+def test_the_wait_helper_is_named_so_its_spin_is_not_taken_for_the_callers(subpython):
+    """A CUDA wait spins: on the cuda driver the helper's CPU time is the device wait's.
+    Named, the benchmarks (and top, py-spy) tell it from autograd's and the caller's."""
+    r = subpython("""
+        import os, threading, torch_musa
+        wait = torch_musa._C._sleep_on_wait_helper
+        before = {t for t in os.listdir("/proc/self/task")}
+        seen = []
+        def look():
+            seen.extend(open(f"/proc/self/task/{t}/comm").read().strip()
+                        for t in os.listdir("/proc/self/task") if t not in before)
+        threading.Timer(0.1, look).start()
+        wait(0.3)
+        print(sorted(set(seen)))
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "'musa_wait'" in r.stdout, r.stdout

@@ -10,6 +10,7 @@
 #include <torch/csrc/Export.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
+#include <c10/util/thread_name.h>
 
 #include <atomic>
 #include <chrono>
@@ -227,6 +228,10 @@ void check_signals() {
 // device indices), so it may outlive an interrupted wait. One helper stays for
 // the process (a thread started per wait cost ~30 us, more than synchronising an
 // idle device); a wait that finds it busy with another thread's starts its own.
+// The helper threads' name: a device wait shows up under it in top, py-spy, /proc (a
+// CUDA wait spins, so the helper's CPU time is the wait's, not the caller's).
+constexpr const char* kWaitThreadName = "musa_wait";
+
 struct WaitState {
   std::mutex mu;
   std::condition_variable cv;
@@ -247,7 +252,12 @@ struct WaitState {
 
 class WaitHelper {
  public:
-  WaitHelper() { std::thread([this] { loop(); }).detach(); }
+  WaitHelper() {
+    std::thread([this] {
+      c10::setThreadName(kWaitThreadName);
+      loop();
+    }).detach();
+  }
   // Hands `st` to the helper; false while it is busy with another thread's wait.
   bool take(const std::shared_ptr<WaitState>& st) {
     std::lock_guard<std::mutex> g(mu_);
@@ -300,7 +310,11 @@ WaitHelper& wait_helper() {
 void wait_on_helper(std::function<void()> wait) {
   auto st = std::make_shared<WaitState>();
   st->wait = std::move(wait);
-  if (!wait_helper().take(st)) std::thread([st] { st->run(); }).detach();
+  if (!wait_helper().take(st))
+    std::thread([st] {
+      c10::setThreadName(kWaitThreadName);
+      st->run();
+    }).detach();
   py::gil_scoped_release nogil;
   std::unique_lock<std::mutex> lock(st->mu);
   while (!st->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return st->done; })) {
