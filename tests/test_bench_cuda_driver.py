@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tests.conftest import load_benchmark
+from torch_musa._driver import KERNEL_DEVICE
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +45,14 @@ def test_a_training_worker_answers_warmup_chunk_and_profile(bench, tmp_path):
         assert usage["other_threads_cpu_ms"] >= 0 and usage["involuntary_switches"] >= 0
         assert usage["page_faults"] >= 0 and usage["voluntary_switches"] >= 0
         assert usage["threads"] >= 1 and usage["cpu"] >= 0
-        # Autograd's device threads are told apart by name: idle here, as the host driver
-        # runs musa's backward on the caller's thread (_runtime.py), and waits for the
-        # device there too, not on the wait helper.
-        assert 0 <= usage["autograd_cpu_ms"] < 0.1 * usage["main_cpu_ms"]
-        assert usage["device_wait_cpu_ms"] == 0
+        # Autograd's device threads are told apart by name. The host driver runs musa's
+        # backward on the caller's thread (_runtime.py), leaving them idle, and waits for
+        # the device there too; the cuda driver's backward runs on them, as native's.
+        if KERNEL_DEVICE == "cpu":
+            assert 0 <= usage["autograd_cpu_ms"] < 0.1 * usage["main_cpu_ms"]
+            assert usage["device_wait_cpu_ms"] == 0
+        else:
+            assert 0 < usage["autograd_cpu_ms"] <= usage["other_threads_cpu_ms"] + 1
         path = tmp_path / "profile.txt"
         got = worker.ask(f"profile {path}")
         assert got["issue_ms"] > 0 and "aten::" in path.read_text()
