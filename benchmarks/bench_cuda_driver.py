@@ -315,20 +315,26 @@ def pin_process(cpus: set[int]) -> set[int]:
     return os.sched_getaffinity(0)
 
 
-def worker_cpus(spec: str) -> set[int] | None:
-    """The CPUs both training workers run on: 'all' leaves them unpinned; 'auto' takes the
-    last four of this process's CPUs where it has eight or more (the lent machines' 16),
-    else none; or a list such as '12-15' or '3,5'."""
+def worker_cpus(spec: str) -> list[set[int]] | None:
+    """The CPUs both training workers run on, as groups: 'all' leaves them unpinned; 'auto'
+    takes the last four of this process's CPUs where it has eight or more (the lent
+    machines' 16), else none; 'rotate' splits them into groups of four (eight or more),
+    both sides moving to the next group at each pair of chunks, so that every pair runs
+    on the same cores and a round's pairs on several; or a list such as '12-15' or '3,5'."""
     if spec == "all":
         return None
-    if spec == "auto":
+    if spec in ("auto", "rotate"):
         mine = sorted(os.sched_getaffinity(0))
-        return set(mine[-4:]) if len(mine) >= 8 else None
+        if len(mine) < 8:
+            return None
+        if spec == "auto":
+            return [set(mine[-4:])]
+        return [set(mine[i:i + 4]) for i in range(0, len(mine) - len(mine) % 4, 4)]
     cpus: set[int] = set()
     for part in spec.split(","):
         lo, _, hi = part.partition("-")
         cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
+    return [cpus]
 
 
 #: Threads whose CPU time is told apart (by name, /proc/self/task/*/comm): autograd's
@@ -454,10 +460,12 @@ class Worker:
 
 
 def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | None = None,
-               compiled: bool = False, cpus: set[int] | None = None, control: bool = False) -> dict:
+               compiled: bool = False, cpus: list[set[int]] | None = None, control: bool = False) -> dict:
     """Both sides run in fresh processes of their own: a long-lived process that had
     compiled an earlier case ran the next eager one up to 1.4x slower (lent H100). With
-    ``cpus``, both are pinned to them after the warm-up (compilation keeps every CPU).
+    ``cpus`` (:func:`worker_cpus`), both are pinned to its first group after the warm-up
+    (compilation keeps every CPU), and with several groups both move to the next at each
+    pair of chunks.
     ``control``: native cuda in musa's place too, timed the same way: the spread of its
     rounds is the host's alone, what a per-round target can be held to there."""
     cfg = TRAIN_CASES[case]
@@ -471,9 +479,12 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     for _ in range(3):  # warm-up steps (allocator, kernel choice)
         for side, w in workers.items():
             losses[side].append(w.ask("warmup", float))
-    if cpus:
+    def pin(group: set[int]) -> None:
         for w in workers.values():
-            w.ask("pin " + ",".join(map(str, sorted(cpus))))
+            w.ask("pin " + ",".join(map(str, sorted(group))))
+
+    if cpus:
+        pin(cpus[0])
 
     # One untimed chunk each (the GPU's clocks, lazily built workspaces); then each
     # round's chunks interleaved, a side's round time the mean of its chunks.
@@ -483,9 +494,13 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     collections = {"musa": 0, "cuda": 0}
     chunk_walls = []  # per round: each side's chunks in the order they ran
     chunk_usage = []  # the same chunks' usage_per_step
+    pairs = 0
     for i in range(rounds):
         got = {"musa": [], "cuda": []}
-        for side in chunk_order(i, chunks):
+        for k, side in enumerate(chunk_order(i, chunks)):
+            if k % 2 == 0 and cpus and len(cpus) > 1:  # a pair's two chunks on the same cores
+                pin(cpus[pairs % len(cpus)])
+                pairs += 1
             got[side].append(workers[side].ask("chunk"))
         chunk_walls.append({side: [c[0] for c in got[side]] for side in got})
         chunk_usage.append({side: [c[3] for c in got[side]] for side in got})
@@ -519,7 +534,8 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     row["process"] = process_summary(chunk_usage)
     row.update(paired_chunk_ratios(chunk_walls))
     row.update(quiet_chunk_ratios(chunk_walls, chunk_usage))
-    row["cpus"] = sorted(cpus) if cpus else None
+    row["cpus"] = sorted(set().union(*cpus)) if cpus else None
+    row["cpu_groups"] = [sorted(g) for g in cpus] if cpus else None
     print_row(row)
     print("  garbage collections per step: " + ", ".join(
         f"{side} {n:.2f}" for side, n in row["gc_collections_per_step"].items())
@@ -568,6 +584,8 @@ def write(out: str, result: dict) -> None:
     m = result["machine"]
     cpus = {tuple(r["cpus"]) for r in result["rows"] if r.get("cpus")}
     pinned = f" (training workers pinned to CPUs {', '.join(map(str, cpus.pop()))})" if len(cpus) == 1 else ""
+    if any(len(r.get("cpu_groups") or []) > 1 for r in result["rows"]):
+        pinned = " (training workers moved together over groups of CPUs, each pair of chunks on one group)"
     lines = [f"# musa (cuda driver) vs native cuda — {m['gpu']}", "",
              f"torch {m['torch']} (CUDA {m['cuda']}), Python {m['python']}, "
              f"{m['cpu_count']} CPU cores{pinned}; medians of {result['rounds']} alternating rounds (training: "
@@ -649,8 +667,9 @@ def main(argv=None) -> int:
                     help="also write torch.profiler tables of the training step (cuda_driver_gpt2_profile_*.txt)")
     ap.add_argument("--cpus", default="all",
                     help="CPUs both training workers share after the warm-up: all (unpinned, the default), "
-                         "auto (the last 4 of 8 or more), or a list such as 12-15; pinned on a lent H100, "
-                         "single rounds strayed no less (docs/PERFORMANCE.md, run 6)")
+                         "auto (the last 4 of 8 or more), rotate (groups of 4, both sides moving to the next "
+                         "at each pair of chunks), or a list such as 12-15; pinned on a lent H100, single "
+                         "rounds strayed no less (docs/PERFORMANCE.md, run 6)")
     ap.add_argument("--control", action="store_true",
                     help="after each training case, the same with native cuda on both sides (the "
                          "spread the host alone gives a round)")

@@ -72,12 +72,13 @@ def test_paired_chunk_ratios_compare_chunks_that_ran_side_by_side(bench):
 
 def test_worker_cpus_parses_lists_and_leaves_small_machines_unpinned(bench, monkeypatch):
     assert bench.worker_cpus("all") is None
-    assert bench.worker_cpus("12-15") == {12, 13, 14, 15}
-    assert bench.worker_cpus("3,5-6") == {3, 5, 6}
+    assert bench.worker_cpus("12-15") == [{12, 13, 14, 15}]
+    assert bench.worker_cpus("3,5-6") == [{3, 5, 6}]
     monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert bench.worker_cpus("auto") == {12, 13, 14, 15}
+    assert bench.worker_cpus("auto") == [{12, 13, 14, 15}]
+    assert bench.worker_cpus("rotate") == [set(range(i, i + 4)) for i in (0, 4, 8, 12)]
     monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert bench.worker_cpus("auto") is None
+    assert bench.worker_cpus("auto") is None and bench.worker_cpus("rotate") is None
 
 
 def test_a_pinned_worker_runs_every_thread_on_the_cpus_it_was_given(bench):
@@ -225,3 +226,39 @@ def test_the_control_runs_native_cuda_in_musas_place_and_says_so(bench, monkeypa
     started.clear()
     assert bench.bench_gpt2(3, None, "gpt2-2layer-b4x256")["control"] is False
     assert started == ["musa", "cuda"]
+
+
+def test_rotating_cpus_put_each_pair_of_chunks_on_one_group(bench, monkeypatch):
+    # Both sides move together: a pair's two chunks run on the same cores, so where a
+    # process happens to sit cannot favour one side (run 21's control).
+    log = []
+
+    class FakeWorker:
+        def __init__(self, device, *args):
+            self.name = f"w{len(log)}"
+            log.append(("start", self.name))
+            self.cpus = None
+
+        def ask(self, cmd, parse=None):
+            if cmd == "warmup":
+                return 10.0
+            if cmd.startswith("pin "):
+                self.cpus = cmd[4:]
+                return sorted(int(c) for c in self.cpus.split(","))
+            log.append((self.name, self.cpus))
+            usage = {"main_cpu_ms": 1.0, "other_threads_cpu_ms": 1.0, "involuntary_switches": 0.0,
+                     "voluntary_switches": 0.0, "page_faults": 0.0, "threads": 2, "cpu": 0}
+            return [0.01, 0.008, 0, usage]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(bench, "Worker", FakeWorker)
+    groups = [{0, 1}, {2, 3}, {4, 5}]
+    row = bench.bench_gpt2(2, None, "gpt2-b4x256", cpus=groups)  # 4 chunks a side per round
+    chunks = [entry for entry in log if entry[0] != "start"][2:]  # after the untimed chunk each
+    assert len(chunks) == 16
+    for j in range(0, 16, 2):  # each pair: both workers, one group, the groups in turn
+        assert {chunks[j][0], chunks[j + 1][0]} == {"w0", "w1"}
+        assert chunks[j][1] == chunks[j + 1][1] == ",".join(map(str, sorted(groups[(j // 2) % 3])))
+    assert row["cpu_groups"] == [[0, 1], [2, 3], [4, 5]] and row["cpus"] == [0, 1, 2, 3, 4, 5]
