@@ -479,6 +479,7 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     for _ in range(3):  # warm-up steps (allocator, kernel choice)
         for side, w in workers.items():
             losses[side].append(w.ask("warmup", float))
+
     def pin(group: set[int]) -> None:
         for w in workers.values():
             w.ask("pin " + ",".join(map(str, sorted(group))))

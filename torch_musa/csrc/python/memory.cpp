@@ -221,6 +221,10 @@ void check_signals() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
+// The helper threads' name: a device wait shows up under it in top, py-spy, /proc (a
+// CUDA wait spins, so the helper's CPU time is the wait's, not the caller's).
+constexpr const char* kWaitThreadName = "musa_wait";
+
 // Waits so that a signal handler's exception (Ctrl-C) reaches Python while the
 // device is still busy. A driver whose waits call the interrupt check (the host
 // driver's) waits on the caller's thread. Otherwise `wait` runs on a helper and
@@ -228,10 +232,6 @@ void check_signals() {
 // device indices), so it may outlive an interrupted wait. One helper stays for
 // the process (a thread started per wait cost ~30 us, more than synchronising an
 // idle device); a wait that finds it busy with another thread's starts its own.
-// The helper threads' name: a device wait shows up under it in top, py-spy, /proc (a
-// CUDA wait spins, so the helper's CPU time is the wait's, not the caller's).
-constexpr const char* kWaitThreadName = "musa_wait";
-
 struct WaitState {
   std::mutex mu;
   std::condition_variable cv;
