@@ -293,29 +293,26 @@ at::Generator KernelCall::kernel_generator_for(const std::optional<at::Generator
   return kernel_generator_of(*g);
 }
 
-void KernelCall::sync_written() {
-  for (const Alias& a : aliases_) {
-    if (!a.written) continue;
-    const at::Tensor& musa = *a.musa;
-    c10::TensorImpl* m = musa.unsafeGetTensorImpl();
-    c10::TensorImpl* h = a.kernel.unsafeGetTensorImpl();
-    if (a.cast) {  // computed in float32: write the values back as float64
-      if (m->sizes() != h->sizes()) musa.resize_(h->sizes());
-      kernel_alias(musa).copy_(a.kernel);
-      continue;
-    }
-    const c10::Storage& hs = h->storage();
-    const c10::Storage& ms = m->storage();
-    if (hs.data() != ms.data() || hs.nbytes() != ms.nbytes()) {
-      c10::Storage fresh = adopt_storage(a.kernel, device(), 1);
-      ms.unsafeGetStorageImpl()->set_data_ptr_noswap(
-          std::move(fresh.unsafeGetStorageImpl()->mutable_data_ptr()));
-      ms.unsafeGetStorageImpl()->set_nbytes(fresh.nbytes());
-    }
-    if (m->sizes() != h->sizes() || m->strides() != h->strides() ||
-        m->storage_offset() != h->storage_offset())
-      m->set_sizes_and_strides(h->sizes(), h->strides(), h->storage_offset());
+void KernelCall::sync_alias(const Alias& a) {
+  const at::Tensor& musa = *a.musa;
+  c10::TensorImpl* m = musa.unsafeGetTensorImpl();
+  c10::TensorImpl* h = a.kernel.unsafeGetTensorImpl();
+  if (a.cast) {  // computed in float32: write the values back as float64
+    if (m->sizes() != h->sizes()) musa.resize_(h->sizes());
+    kernel_alias(musa).copy_(a.kernel);
+    return;
   }
+  const c10::Storage& hs = h->storage();
+  const c10::Storage& ms = m->storage();
+  if (hs.data() != ms.data() || hs.nbytes() != ms.nbytes()) {
+    c10::Storage fresh = adopt_storage(a.kernel, device(), 1);
+    ms.unsafeGetStorageImpl()->set_data_ptr_noswap(
+        std::move(fresh.unsafeGetStorageImpl()->mutable_data_ptr()));
+    ms.unsafeGetStorageImpl()->set_nbytes(fresh.nbytes());
+  }
+  if (m->sizes() != h->sizes() || m->strides() != h->strides() ||
+      m->storage_offset() != h->storage_offset())
+    m->set_sizes_and_strides(h->sizes(), h->strides(), h->storage_offset());
 }
 
 const at::Tensor* KernelCall::original_of(const at::Tensor& host) const {

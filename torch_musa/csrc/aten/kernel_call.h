@@ -143,7 +143,10 @@ class KernelCall {
   at::Generator kernel_generator_for(const std::optional<at::Generator>& g);
 
   // After the kernel.
-  void sync_written();
+  void sync_written() {
+    for (const Alias& a : aliases_)
+      if (a.written) sync_alias(a);
+  }
   // A kernel's result as musa: an argument, a view of one, or adopted memory;
   // `refs_on_stack`: how many results share its storage (ResultStorages).
   at::Tensor to_musa(const at::Tensor& host, int refs_on_stack = 1);
@@ -166,6 +169,10 @@ class KernelCall {
   // A kernel's fresh result that nothing else holds, over memory of the musa allocator:
   // it becomes the musa tensor itself (retag_in_place), no TensorImpl or StorageImpl made.
   bool fresh_result(const at::Tensor& t, int refs) const;
+  // sync_written's work for one written argument, out of line: most calls write none,
+  // and its inlined body made every call set up a large frame and load the addresses
+  // of the stream classes an error message would use (two cold cache lines).
+  [[gnu::noinline]] void sync_alias(const Alias& a);
   // Any other result: an argument, a view of one, or memory adopted or copied.
   at::Tensor mapped_back(const at::Tensor& t, int refs);
   bool storage_written(const c10::StorageImpl* s) {

@@ -27,8 +27,15 @@ struct RuntimeConfig {
 };
 
 // Thread-locals read on every op: the initial-exec model reads them without a
-// __tls_get_addr call (they are a few bytes of the static TLS surplus).
+// __tls_get_addr call (they are a few bytes of the static TLS surplus), and
+// constinit (C++20; the library's own code) tells the compiler that an extern one
+// needs no dynamic initialization: without it each read first checks, through the
+// GOT, for another translation unit's TLS init function, a cache line of its own.
+#if defined(__cpp_constinit)
+#define TORCH_MUSA_FAST_TLS __attribute__((tls_model("initial-exec"))) constinit
+#else
 #define TORCH_MUSA_FAST_TLS __attribute__((tls_model("initial-exec")))
+#endif
 
 // Chooses the driver ("host" or "cuda") before the runtime is in use.
 void use_driver(const std::string& name);
