@@ -204,7 +204,6 @@ def test_the_control_runs_native_cuda_in_musas_place_and_says_so(bench, monkeypa
     class FakeWorker:
         def __init__(self, device, batch, seq, n_layer, steps, compiled):
             started.append(device)
-            self.device = device
 
         def ask(self, cmd, parse=None):
             if cmd == "warmup":
@@ -222,7 +221,8 @@ def test_the_control_runs_native_cuda_in_musas_place_and_says_so(bench, monkeypa
     row = bench.bench_gpt2(3, None, "gpt2-2layer-b4x256", control=True)
     assert started == ["cuda", "cuda"]
     assert row["control"] is True and row["name"].startswith("control, cuda in musa's place: ")
-    assert len(row["round_ratios"]) == 3 and row["ratio_max"] > 1.0 > row["ratio_min"] * 0.99
+    # The slowed chunks fall unevenly on the two slots: the rounds spread, and say so.
+    assert len(row["round_ratios"]) == 3 and row["ratio_max"] > 1.0
     started.clear()
     assert bench.bench_gpt2(3, None, "gpt2-2layer-b4x256")["control"] is False
     assert started == ["musa", "cuda"]
