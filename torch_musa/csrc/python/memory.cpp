@@ -221,9 +221,16 @@ void check_signals() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
-// The helper threads' name: a device wait shows up under it in top, py-spy, /proc (a
-// CUDA wait spins, so the helper's CPU time is the wait's, not the caller's).
-constexpr const char* kWaitThreadName = "musa_wait";
+// Starts a detached helper thread running `body`, named so that a device wait shows up
+// under its own name in top, py-spy, /proc (a CUDA wait spins, so the helper's CPU time
+// is the wait's, not the caller's).
+template <class Body>
+void start_wait_thread(Body body) {
+  std::thread([body = std::move(body)]() mutable {
+    c10::setThreadName("musa_wait");
+    body();
+  }).detach();
+}
 
 // Waits so that a signal handler's exception (Ctrl-C) reaches Python while the
 // device is still busy. A driver whose waits call the interrupt check (the host
@@ -252,12 +259,7 @@ struct WaitState {
 
 class WaitHelper {
  public:
-  WaitHelper() {
-    std::thread([this] {
-      c10::setThreadName(kWaitThreadName);
-      loop();
-    }).detach();
-  }
+  WaitHelper() { start_wait_thread([this] { loop(); }); }
   // Hands `st` to the helper; false while it is busy with another thread's wait.
   bool take(const std::shared_ptr<WaitState>& st) {
     std::lock_guard<std::mutex> g(mu_);
@@ -310,11 +312,7 @@ WaitHelper& wait_helper() {
 void wait_on_helper(std::function<void()> wait) {
   auto st = std::make_shared<WaitState>();
   st->wait = std::move(wait);
-  if (!wait_helper().take(st))
-    std::thread([st] {
-      c10::setThreadName(kWaitThreadName);
-      st->run();
-    }).detach();
+  if (!wait_helper().take(st)) start_wait_thread([st] { st->run(); });
   py::gil_scoped_release nogil;
   std::unique_lock<std::mutex> lock(st->mu);
   while (!st->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return st->done; })) {
