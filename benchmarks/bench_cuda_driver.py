@@ -14,7 +14,10 @@ musa and on cuda (a training round's steps in short chunks that alternate betwee
 sides); the ratio is median(musa) / median(cuda), and for the training
 steps each round's ratio, their spread, the ratios of chunks that ran side by side
 and the host's issue time per step are kept too (a training target must hold in every
-round; ``--cpus`` pins both sides' workers to the same CPUs).
+round; ``--cpus`` pins both sides' workers to the same CPUs), with 95 % intervals from the
+pairs' spread (how finely a round, and the run, can judge a ratio); ``--control`` times
+native against native the same way, and ``--fresh-workers`` gives each round a new pair
+of processes.
 The op table runs both sides in this process (forward only: once a PrivateUse1
 backend is registered, PyTorch's autograd engine cannot run a CUDA backward in that
 process, pytorch/pytorch#161129); each training case runs each side in a fresh worker
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import platform
 import resource
@@ -197,7 +201,47 @@ def paired_chunk_ratios(chunk_walls: list[dict]) -> dict:
     pairs = [m / c for r in chunk_walls for m, c in zip(r["musa"], r["cuda"])]
     q = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else [pairs[0]] * 3
     return {"pair_ratio_median": statistics.median(pairs), "pair_ratio_q1": q[0], "pair_ratio_q3": q[2],
-            "pairs": len(pairs)}
+            "pairs": len(pairs), **pair_ratio_intervals(chunk_walls)}
+
+
+# Student's t, two-sided 95 %, by degrees of freedom (1-30); 1.96 beyond.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042)
+
+
+def t95(dof: int) -> float:
+    return _T95[dof - 1] if 1 <= dof <= len(_T95) else 1.96
+
+
+def pair_ratio_intervals(chunk_walls: list[dict]) -> dict:
+    """How finely the run can judge a ratio. The pairs' log ratios scatter within a round
+    by the host's spread, the same for a control of native against native (~0.11 on the
+    lent H100s, run 22). From it: the run's geometric-mean ratio with its 95 % interval
+    over every pair, each round's interval (its own pairs, the spread pooled within
+    rounds), how many pairs a round would need for +-3 %, and the interval of the rounds'
+    own means, which also holds where the pairs of a round share something the other
+    rounds do not (``--fresh-workers``: a pair of processes). A round's ratio means
+    something against a per-round target only where its interval ends short of it."""
+    logs = [[math.log(m / c) for m, c in zip(r["musa"], r["cuda"])] for r in chunk_walls]
+    flat = [x for r in logs for x in r]
+    dev = [x - statistics.fmean(r) for r in logs for x in r]  # around each round's own mean
+    dof = len(flat) - len(logs)
+    sd = math.sqrt(sum(d * d for d in dev) / dof) if dof > 0 else 0.0
+    mean = statistics.fmean(flat)
+    half = t95(len(flat) - 1) * (statistics.stdev(flat) if len(flat) > 1 else 0.0) / math.sqrt(len(flat))
+    means = [statistics.fmean(r) for r in logs]
+    rounds_half = (t95(len(means) - 1) * statistics.stdev(means) / math.sqrt(len(means))
+                   if len(means) > 1 else 0.0)
+
+    def interval(centre: float, half_width: float) -> list[float]:
+        return [math.exp(centre - half_width), math.exp(centre + half_width)]
+
+    return {"pair_log_sd": sd, "pair_ratio_gmean": math.exp(mean),
+            "pair_ratio_ci95": interval(mean, half),
+            "round_ci95": [interval(m, t95(dof) * sd / math.sqrt(len(r))) for m, r in zip(means, logs)],
+            "rounds_gmean_ci95": interval(statistics.fmean(means), rounds_half),
+            "pairs_per_round_for_3pct": math.ceil((1.96 * sd / math.log(1.03)) ** 2)}
 
 
 def quiet_chunk_ratios(chunk_walls: list[dict], chunk_usage: list[dict]) -> dict:
@@ -460,43 +504,58 @@ class Worker:
 
 
 def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | None = None,
-               compiled: bool = False, cpus: list[set[int]] | None = None, control: bool = False) -> dict:
+               compiled: bool = False, cpus: list[set[int]] | None = None, control: bool = False,
+               fresh_workers: bool = False) -> dict:
     """Both sides run in fresh processes of their own: a long-lived process that had
     compiled an earlier case ran the next eager one up to 1.4x slower (lent H100). With
     ``cpus`` (:func:`worker_cpus`), both are pinned to its first group after the warm-up
     (compilation keeps every CPU), and with several groups both move to the next at each
     pair of chunks.
     ``control``: native cuda in musa's place too, timed the same way: the spread of its
-    rounds is the host's alone, what a per-round target can be held to there."""
+    rounds is the host's alone, what a per-round target can be held to there.
+    ``fresh_workers``: a new pair of processes for every round. Two processes running the
+    same native step differed by 5-9 % over a whole run (run 21's control 0.913, run 22's
+    1.057, its 95 % interval 1.012-1.104), a difference of the processes that more
+    chunks do not average out; new processes each round do."""
     cfg = TRAIN_CASES[case]
     batch, seq, n_layer = cfg["batch"], cfg["seq"], cfg["n_layer"]
     steps = steps or cfg["steps"]
     chunk = min(cfg["chunk"], steps)
     chunks = max(1, steps // chunk)
-    workers = {side: Worker("cuda" if control else side, batch, seq, n_layer, chunk, compiled)
-               for side in ("musa", "cuda")}
-    losses = {"musa": [], "cuda": []}
-    for _ in range(3):  # warm-up steps (allocator, kernel choice)
-        for side, w in workers.items():
-            losses[side].append(w.ask("warmup", float))
 
     def pin(group: set[int]) -> None:
         for w in workers.values():
             w.ask("pin " + ",".join(map(str, sorted(group))))
 
-    if cpus:
-        pin(cpus[0])
+    def start() -> dict:
+        """A pair of warm workers, pinned to the first group: three warm-up steps each
+        (allocator, kernel choice; their losses returned), then one untimed chunk (the
+        GPU's clocks, lazily built workspaces). Both start before either is asked."""
+        workers.update({side: Worker("cuda" if control else side, batch, seq, n_layer, chunk, compiled)
+                        for side in ("musa", "cuda")})
+        warm = {"musa": [], "cuda": []}
+        for _ in range(3):
+            for side, w in workers.items():
+                warm[side].append(w.ask("warmup", float))
+        if cpus:
+            pin(cpus[0])
+        for w in workers.values():
+            w.ask("chunk")
+        return warm
 
-    # One untimed chunk each (the GPU's clocks, lazily built workspaces); then each
-    # round's chunks interleaved, a side's round time the mean of its chunks.
-    for w in workers.values():
-        w.ask("chunk")
+    workers: dict = {}
+    losses = start()
+    # Each round's chunks interleaved, a side's round time the mean of its chunks.
     times, issue = {"musa": [], "cuda": []}, {"musa": [], "cuda": []}
     collections = {"musa": 0, "cuda": 0}
     chunk_walls = []  # per round: each side's chunks in the order they ran
     chunk_usage = []  # the same chunks' usage_per_step
     pairs = 0
     for i in range(rounds):
+        if fresh_workers and i > 0:
+            for w in workers.values():
+                w.close()
+            start()
         got = {"musa": [], "cuda": []}
         for k, side in enumerate(chunk_order(i, chunks)):
             if k % 2 == 0 and cpus and len(cpus) > 1:  # a pair's two chunks on the same cores
@@ -527,6 +586,7 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     row["control"] = control
     row["steps_per_round"] = chunk * chunks
     row["steps_per_chunk"] = chunk
+    row["fresh_workers"] = fresh_workers
     row["tokens_per_s_musa"] = batch * seq / (row["musa_us"] / 1e6)
     row["warmup_losses"] = losses
     row["gc_collections_per_step"] = {side: n / (rounds * chunk * chunks) for side, n in collections.items()}
@@ -544,6 +604,11 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
         f"{row['pair_ratio_q1']:.3f}-{row['pair_ratio_q3']:.3f} of {row['pairs']}; quiet chunks "
         f"{row['quiet_ratio']:.3f} (CPU {row['quiet_cpu_ratio']:.3f}); the same step's CPU time up to "
         + ", ".join(f"{side} {x:.1f}x" for side, x in row["cpu_spread"].items()) + " its quiet figure", flush=True)
+    (lo, hi), (rlo, rhi) = row["pair_ratio_ci95"], row["rounds_gmean_ci95"]
+    print(f"  pairs' geometric mean {row['pair_ratio_gmean']:.3f} (95 % {lo:.3f}-{hi:.3f}; from the rounds' "
+          f"means {rlo:.3f}-{rhi:.3f}); a round's 95 % interval is +-"
+          f"{100 * (math.exp(1.96 * row['pair_log_sd'] / math.sqrt(chunks)) - 1):.0f} % with its {chunks} "
+          f"pairs, +-3 % would take {row['pairs_per_round_for_3pct']}", flush=True)
     print("  per step: " + "; ".join(
         f"{side} main thread {p['main_cpu_ms']:.2f} ms CPU + other threads {p['other_threads_cpu_ms']:.2f} "
         f"(autograd {p['autograd_cpu_ms']:.2f}, device waits {p['device_wait_cpu_ms']:.2f}), "
@@ -612,6 +677,17 @@ def write(out: str, result: dict) -> None:
     if train:
         lines += ["", "| training step | each round, musa/cuda |", "|---|---|"]
         lines += [f"| {r['name']} | {', '.join(f'{x:.3f}' for x in r['round_ratios'])} |" for r in train]
+        # How finely those rounds can judge (pair_ratio_intervals); older results lack it.
+        judged = [r for r in train if "pair_ratio_ci95" in r]
+        if judged:
+            lines += ["", "| training step | new workers each round | pairs' log spread | pairs' geometric "
+                      "mean (95 %) | 95 % from the rounds' means | each round's 95 % interval | pairs a round "
+                      "needs for ±3 % |", "|---|---|---:|---:|---:|---|---:|"]
+            lines += [f"| {r['name']} | {'yes' if r.get('fresh_workers') else 'no'} | {r['pair_log_sd']:.3f} | "
+                      f"{r['pair_ratio_gmean']:.3f} ({r['pair_ratio_ci95'][0]:.3f}–{r['pair_ratio_ci95'][1]:.3f}) | "
+                      f"{r['rounds_gmean_ci95'][0]:.3f}–{r['rounds_gmean_ci95'][1]:.3f} | "
+                      + ", ".join(f"{lo:.2f}–{hi:.2f}" for lo, hi in r["round_ci95"])
+                      + f" | {r['pairs_per_round_for_3pct']} |" for r in judged]
         # Each worker process per step, medians over its chunks (process_usage).
         lines += ["", "| training step | side | main thread CPU ms | other threads CPU ms | of which autograd's "
                   "| of which device waits' | involuntary switches | voluntary switches | page faults | threads "
@@ -674,6 +750,9 @@ def main(argv=None) -> int:
     ap.add_argument("--control", action="store_true",
                     help="after each training case, the same with native cuda on both sides (the "
                          "spread the host alone gives a round)")
+    ap.add_argument("--fresh-workers", action="store_true",
+                    help="a new pair of worker processes for every training round (two processes "
+                         "running the same step differed by 5-9 %% over a run; new ones average it out)")
     ap.add_argument("--train-worker", choices=("musa", "cuda"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.train_worker:
@@ -698,7 +777,8 @@ def main(argv=None) -> int:
                 for control in (False, True) if args.control else (False,):
                     result["rows"].append(bench_gpt2(train_rounds, args.steps, case,
                                                      args.out if args.profile and not control else None,
-                                                     compiled, worker_cpus(args.cpus), control))
+                                                     compiled, worker_cpus(args.cpus), control,
+                                                     fresh_workers=args.fresh_workers))
                     # Written after every case: a lent machine's time limit, or the machine
                     # taken back, still leaves the cases that finished.
                     write(args.out, result)

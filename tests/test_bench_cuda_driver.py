@@ -2,6 +2,8 @@
 (the GPU side itself runs only on a machine with a GPU, scripts/gpu_run.sh)."""
 import dataclasses
 import json
+import math
+import statistics
 
 import pytest
 
@@ -68,6 +70,44 @@ def test_paired_chunk_ratios_compare_chunks_that_ran_side_by_side(bench):
     assert got["pairs"] == 4
     assert got["pair_ratio_median"] == pytest.approx(1.1)
     assert got["pair_ratio_q1"] == pytest.approx(1.1) and got["pair_ratio_q3"] > 1.1
+
+
+def test_pair_intervals_say_how_finely_a_run_can_judge_a_ratio(bench, tmp_path):
+    import random
+
+    steady = [{"musa": [1.05, 2.1], "cuda": [1.0, 2.0]}] * 3
+    got = bench.pair_ratio_intervals(steady)
+    assert got["pair_log_sd"] == pytest.approx(0.0, abs=1e-12)
+    assert got["pair_ratio_gmean"] == pytest.approx(1.05)
+    assert got["pair_ratio_ci95"] == pytest.approx([1.05, 1.05])
+    assert all(r == pytest.approx([1.05, 1.05]) for r in got["round_ci95"]) and len(got["round_ci95"]) == 3
+    # A noisy host: each pair's log ratio off by 0.1 (the lent hosts' ~0.11), musa 8 % slower,
+    # one round on a host twice as slow for both sides (pairs cancel it).
+    rng = random.Random(7)
+    walls = []
+    for i in range(7):
+        slow = 2.0 if i == 3 else 1.0
+        cuda = [slow * rng.uniform(0.8, 1.2) for _ in range(8)]
+        walls.append({"musa": [c * 1.08 * math.exp(rng.gauss(0, 0.1)) for c in cuda], "cuda": cuda})
+    got = bench.pair_ratio_intervals(walls)
+    assert 0.07 < got["pair_log_sd"] < 0.13
+    lo, hi = got["pair_ratio_ci95"]
+    assert lo < 1.08 < hi and hi / lo < 1.08  # 56 pairs: within a few per cent
+    for (rlo, rhi), r in zip(got["round_ci95"], walls):  # 8 pairs: about +-7 % each
+        assert 1.10 < rhi / rlo < 1.20
+        assert rlo < math.exp(statistics.fmean(math.log(m / c) for m, c in zip(r["musa"], r["cuda"]))) < rhi
+    assert 25 < got["pairs_per_round_for_3pct"] < 80
+    rlo, rhi = got["rounds_gmean_ci95"]  # seven rounds' means: wider than 56 pairs', still around 1.08
+    assert rlo < 1.08 < rhi and rhi / rlo > 1.0
+    times = {"musa": [1.0], "cuda": [1.0]}
+    row = bench.summarise("GPT-2 small step b4x256 bf16", "host_bound", times, times)
+    row.update(bench.paired_chunk_ratios(walls), cpus=None)
+    machine = {"gpu": "test GPU", "torch": "x", "cuda": "y", "python": "3", "cpu_count": 2}
+    bench.write(str(tmp_path), {"machine": machine, "rounds": 7, "train_rounds": 7, "rows": [row]})
+    table = (tmp_path / "cuda_driver.md").read_text()
+    line = next(ln for ln in table.splitlines() if ln.startswith("| GPT-2") and f"{row['pair_log_sd']:.3f}" in ln)
+    assert f"| no | {row['pair_log_sd']:.3f} | {got['pair_ratio_gmean']:.3f} ({lo:.3f}–{hi:.3f}) | {rlo:.3f}–{rhi:.3f} |" in line
+    assert line.endswith(f"| {got['pairs_per_round_for_3pct']} |")
 
 
 def test_worker_cpus_parses_lists_and_leaves_small_machines_unpinned(bench, monkeypatch):
@@ -149,7 +189,7 @@ def test_the_results_are_written_after_every_training_case(bench, tmp_path, monk
     monkeypatch.setattr(bench, "machine", lambda: machine)
     done = []
 
-    def case(rounds, steps, name, profile_dir, compiled, cpus, control=False):
+    def case(rounds, steps, name, profile_dir, compiled, cpus, control=False, fresh_workers=False):
         if done:
             raise KeyboardInterrupt  # the machine goes away during the second case
         done.append(name)
@@ -262,3 +302,46 @@ def test_rotating_cpus_put_each_pair_of_chunks_on_one_group(bench, monkeypatch):
         assert {chunks[j][0], chunks[j + 1][0]} == {"w0", "w1"}
         assert chunks[j][1] == chunks[j + 1][1] == ",".join(map(str, sorted(groups[(j // 2) % 3])))
     assert row["cpu_groups"] == [[0, 1], [2, 3], [4, 5]] and row["cpus"] == [0, 1, 2, 3, 4, 5]
+
+
+def test_fresh_workers_give_every_round_a_new_warm_pair(bench, monkeypatch):
+    # Two processes of the same step differ by 5-9 % for a whole run (runs 21-22): with
+    # --fresh-workers each round's chunks come from a pair started, warmed and pinned for it.
+    log = []
+
+    class FakeWorker:
+        def __init__(self, device, *args):
+            self.name = f"{device}{sum(1 for e in log if e[0] == 'start')}"
+            log.append(("start", self.name))
+
+        def ask(self, cmd, parse=None):
+            log.append((cmd.split(" ")[0], self.name))
+            if cmd == "warmup":
+                return 10.0
+            if cmd.startswith("pin "):
+                return [0, 1]
+            usage = {"main_cpu_ms": 1.0, "other_threads_cpu_ms": 1.0, "involuntary_switches": 0.0,
+                     "voluntary_switches": 0.0, "page_faults": 0.0, "threads": 2, "cpu": 0}
+            return [0.01, 0.008, 0, usage]
+
+        def close(self):
+            log.append(("close", self.name))
+
+    monkeypatch.setattr(bench, "Worker", FakeWorker)
+    row = bench.bench_gpt2(3, None, "gpt2-2layer-b4x256", cpus=[{0, 1}], fresh_workers=True)
+    assert row["fresh_workers"] is True and len(row["round_ratios"]) == 3
+    starts = [i for i, e in enumerate(log) if e[0] == "start"]
+    assert len(starts) == 6  # a pair per round
+    for r in range(3):
+        names = {log[starts[2 * r]][1], log[starts[2 * r + 1]][1]}
+        end = starts[2 * r + 2] if r < 2 else len(log)
+        span = log[starts[2 * r]:end]
+        # each new worker: three warm-up steps, pinned, one untimed chunk, then the round's chunks
+        for name in names:
+            cmds = [c for c, n in span if n == name and c != "start"]
+            assert cmds[:5] == ["warmup"] * 3 + ["pin", "chunk"] and cmds[-1] == "close"
+            assert cmds.count("chunk") == 1 + 8  # the untimed one and the round's 8 (64 steps of 8)
+        assert all(n in names for c, n in span)  # no other pair's worker asked in this round
+    log.clear()
+    bench.bench_gpt2(3, None, "gpt2-2layer-b4x256")
+    assert sum(1 for e in log if e[0] == "start") == 2  # by default one pair for the whole case
