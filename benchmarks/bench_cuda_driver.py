@@ -514,9 +514,10 @@ def bench_gpt2(rounds: int, steps: int | None, case: str, profile_dir: str | Non
     ``control``: native cuda in musa's place too, timed the same way: the spread of its
     rounds is the host's alone, what a per-round target can be held to there.
     ``fresh_workers``: a new pair of processes for every round. Two processes running the
-    same native step differed by 5-9 % over a whole run (run 21's control 0.913, run 22's
-    1.057, its 95 % interval 1.012-1.104), a difference of the processes that more
-    chunks do not average out; new processes each round do."""
+    same native step differed by 3-8 % over a whole run (the pairs' geometric means of
+    runs 21-22's controls: 0.922, 95 % 0.874-0.972; 1.057, 1.010-1.106; 1.034,
+    1.004-1.065), a difference of the processes that more chunks do not average out;
+    new processes each round do."""
     cfg = TRAIN_CASES[case]
     batch, seq, n_layer = cfg["batch"], cfg["seq"], cfg["n_layer"]
     steps = steps or cfg["steps"]
@@ -752,7 +753,7 @@ def main(argv=None) -> int:
                          "spread the host alone gives a round)")
     ap.add_argument("--fresh-workers", action="store_true",
                     help="a new pair of worker processes for every training round (two processes "
-                         "running the same step differed by 5-9 %% over a run; new ones average it out)")
+                         "running the same step differed by 3-8 %% over a run; new ones average it out)")
     ap.add_argument("--train-worker", choices=("musa", "cuda"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.train_worker:

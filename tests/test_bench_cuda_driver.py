@@ -305,7 +305,7 @@ def test_rotating_cpus_put_each_pair_of_chunks_on_one_group(bench, monkeypatch):
 
 
 def test_fresh_workers_give_every_round_a_new_warm_pair(bench, monkeypatch):
-    # Two processes of the same step differ by 5-9 % for a whole run (runs 21-22): with
+    # Two processes of the same step differ by 3-8 % for a whole run (runs 21-22): with
     # --fresh-workers each round's chunks come from a pair started, warmed and pinned for it.
     log = []
 
