@@ -228,3 +228,24 @@ def test_op_debug_from_environment(subpython, tmp_path):
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "full_log.txt").read_text()
     assert "aten::add.Tensor" in text and "relu" not in text and "min=" not in text
+
+
+@pytest.mark.requires_host_driver("bit-identity with the CPU's upsample kernels, which the host driver runs")
+@pytest.mark.parametrize("mode,dims", [("nearest", 1), ("nearest", 2), ("nearest", 3), ("nearest-exact", 1),
+                                       ("nearest-exact", 2), ("nearest-exact", 3), ("linear", 1),
+                                       ("bilinear", 2), ("bicubic", 2), ("trilinear", 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_interpolate_forward_and_backward_are_native_and_match_cpu(mode, dims, dtype):
+    # A U-Net's or a segmentation head's upsampling: forward and backward served by the
+    # registry (the backward took the boxed fallback, and warned, until it was listed).
+    musa_ops.reset_fallback_stats()
+    x = torch.randn(2, 3, *[5] * dims).to(dtype)
+    kw = {} if mode.startswith("nearest") else {"align_corners": False}
+    got = {}
+    for dev in ("cpu", "musa"):
+        leaf = x.clone().to(dev).requires_grad_()
+        y = torch.nn.functional.interpolate(leaf, scale_factor=2.5 if dims < 3 else 1.6, mode=mode, **kw)
+        y.backward((torch.arange(y.numel(), device=dev).reshape(y.shape) / y.numel()).to(dtype))
+        got[dev] = (y.detach().cpu(), leaf.grad.cpu())
+    assert torch.equal(got["musa"][0], got["cpu"][0]) and torch.equal(got["musa"][1], got["cpu"][1])
+    assert not [op for op in musa_ops.fallback_stats() if "upsample" in op], musa_ops.fallback_stats()
