@@ -1,5 +1,6 @@
 """Strategies on real ops, device guards, custom ops, fallback visibility,
 double casting and op debug logging."""
+import copy
 import warnings
 
 import pytest
@@ -249,3 +250,43 @@ def test_interpolate_forward_and_backward_are_native_and_match_cpu(mode, dims, d
         got[dev] = (y.detach().cpu(), leaf.grad.cpu())
     assert torch.equal(got["musa"][0], got["cpu"][0]) and torch.equal(got["musa"][1], got["cpu"][1])
     assert not [op for op in musa_ops.fallback_stats() if "upsample" in op], musa_ops.fallback_stats()
+
+
+@pytest.mark.requires_host_driver("bit-identity with the CPU's kernels, which the host driver runs")
+def test_common_nn_modules_train_without_the_fallback():
+    # What a module_db sweep found taking the boxed fallback: segmentation losses
+    # (CrossEntropyLoss on N,C,H,W is nll_loss2d), the reflect/replicate pads of
+    # image models, GLU, PReLU, LogSigmoid, the robust losses' backwards, 3-D pools.
+    nn = torch.nn
+    cases = [
+        (nn.CrossEntropyLoss(), lambda: (torch.randn(2, 5, 4, 4), torch.randint(0, 5, (2, 4, 4)))),
+        (nn.ReflectionPad2d(2), lambda: (torch.randn(2, 3, 5, 5),)),
+        (nn.ReplicationPad3d(1), lambda: (torch.randn(1, 2, 3, 3, 3),)),
+        (nn.GLU(), lambda: (torch.randn(4, 6),)),
+        (nn.PReLU(3), lambda: (torch.randn(2, 3, 4),)),
+        (nn.LogSigmoid(), lambda: (torch.randn(7),)),
+        (nn.HuberLoss(delta=0.5), lambda: (torch.randn(6), torch.randn(6))),
+        (nn.SmoothL1Loss(), lambda: (torch.randn(6), torch.randn(6))),
+        (nn.L1Loss(), lambda: (torch.randn(6), torch.randn(6))),
+        (nn.Hardshrink(), lambda: (torch.randn(6),)),
+        (nn.Softshrink(), lambda: (torch.randn(6),)),
+        (nn.Threshold(0.1, 20.0), lambda: (torch.randn(6),)),
+        (nn.AdaptiveMaxPool2d(2), lambda: (torch.randn(1, 2, 5, 5),)),
+        (nn.MaxPool3d(2), lambda: (torch.randn(1, 2, 4, 4, 4),)),
+        (nn.AdaptiveAvgPool3d(2), lambda: (torch.randn(1, 2, 5, 5, 5),)),
+        (nn.KLDivLoss(reduction="batchmean"), lambda: (torch.randn(3, 4).log_softmax(-1), torch.rand(3, 4))),
+    ]
+    musa_ops.reset_fallback_stats()
+    for module, make in cases:
+        torch.manual_seed(0)
+        args = make()
+        got = {}
+        for dev in ("cpu", "musa"):
+            m = copy.deepcopy(module).to(dev)
+            xs = [a.clone().to(dev).requires_grad_(a.is_floating_point()) for a in args]
+            y = m(*xs)
+            y.float().pow(2).sum().backward()
+            got[dev] = [y.detach().cpu()] + [x.grad.cpu() for x in xs if x.requires_grad]
+            got[dev] += [p.grad.cpu() for p in m.parameters()]
+        assert all(torch.equal(a, b) for a, b in zip(got["musa"], got["cpu"])), type(module).__name__
+    assert musa_ops.fallback_stats() == {}
