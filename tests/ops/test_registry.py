@@ -104,40 +104,42 @@ def test_fused_bias_gelu_custom_op():
     torch.testing.assert_close(xm.grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)
 
 
-# An op with a CPU kernel alone, outside the registry whatever it lists: musa serves it
-# through the fallback (any op can be one: the fallback covers every namespace).
-HOST_ONLY_OP = """
+# An op with kernels for the kernel devices (CPU, CUDA) and none for musa, outside the
+# registry whatever it lists: musa serves it through the fallback, which covers every
+# namespace.
+OUTSIDE_OP = """
 import torch
 _lib = torch.library.Library("musa_test", "DEF")
-_lib.define("host_only(Tensor x) -> Tensor")
-_lib.impl("host_only", lambda x: x * 2 + 1, "CPU")
+_lib.define("outside_registry(Tensor x) -> Tensor")
+for _key in ("CPU", "CUDA"):
+    _lib.impl("outside_registry", lambda x: x * 2 + 1, _key)
 """
-exec(HOST_ONLY_OP)
-host_only = torch.ops.musa_test.host_only
+exec(OUTSIDE_OP)
+outside_registry = torch.ops.musa_test.outside_registry
 
 
 @pytest.mark.requires_profile("s80", reason="expects float64 missing from the profile's dtypes")
 def test_fallback_warns_once_per_op_and_counts(subpython):
     # torch.ops calls do not turn C++ warnings into Python ones: the warning is read on stderr.
-    r = subpython(HOST_ONLY_OP + """
+    r = subpython(OUTSIDE_OP + """
 import torch_musa
 x = torch.ones(2, device="musa")
 for _ in range(3):
-    torch.ops.musa_test.host_only(x)
+    torch.ops.musa_test.outside_registry(x)
 """)
     assert r.returncode == 0, r.stderr
-    msgs = [ln for ln in r.stderr.splitlines() if "musa_test::host_only is not in the musa operator registry" in ln]
+    msgs = [ln for ln in r.stderr.splitlines() if "musa_test::outside_registry is not in the musa operator registry" in ln]
     assert len(msgs) == 1 and "CPU fallback" in msgs[0]
     musa_ops.reset_fallback_stats()
     x = torch.randn(5, device="musa")
-    assert torch.equal(host_only(x).cpu(), x.cpu() * 2 + 1)
-    host_only(x)
+    assert torch.equal(outside_registry(x).cpu(), x.cpu() * 2 + 1)
+    outside_registry(x)
     stats = musa_ops.fallback_stats()
-    assert stats["musa_test::host_only"] == 2
+    assert stats["musa_test::outside_registry"] == 2
     cov = musa_ops.coverage()
-    assert "aten::add.Tensor" in cov["native"] and "musa_test::host_only" not in cov["native"]
+    assert "aten::add.Tensor" in cov["native"] and "musa_test::outside_registry" not in cov["native"]
     assert "float64" in cov["profile_refuses"]
-    assert cov["fallback"]["musa_test::host_only"] == 2
+    assert cov["fallback"]["musa_test::outside_registry"] == 2
 
 
 def test_coverage_says_what_the_profile_refuses_and_for_which_ops():
@@ -155,16 +157,16 @@ def test_coverage_says_what_the_profile_refuses_and_for_which_ops():
 
 @pytest.mark.slow
 def test_fallback_error_mode(subpython):
-    r = subpython(HOST_ONLY_OP + """
+    r = subpython(OUTSIDE_OP + """
 import torch_musa
 print(torch.add(torch.ones(2, device="musa"), 1).sum().item())  # native: fine
 try:
-    torch.ops.musa_test.host_only(torch.ones(2, device="musa"))
+    torch.ops.musa_test.outside_registry(torch.ones(2, device="musa"))
 except RuntimeError as e:
     print("ERR", e)
 """, {"TORCH_MUSA_FALLBACK": "error"})
     assert r.returncode == 0, r.stderr
-    assert "4.0" in r.stdout and "ERR musa_test::host_only" in r.stdout and "TORCH_MUSA_FALLBACK=error" in r.stdout
+    assert "4.0" in r.stdout and "ERR musa_test::outside_registry" in r.stdout and "TORCH_MUSA_FALLBACK=error" in r.stdout
 
 
 @pytest.mark.slow
@@ -192,7 +194,7 @@ def test_double_cast_computes_in_float32_and_keeps_float64():
         xm.mul_(2)  # in-place writes float64 back
         assert xm.dtype == torch.float64 and torch.equal(xm.cpu(), (x.float() * 2).double())
         assert torch.equal((xm > 0).cpu(), (x > 0))  # comparisons skip the cast
-        assert host_only(xm).dtype == torch.float64  # through the fallback too
+        assert outside_registry(xm).dtype == torch.float64  # through the fallback too
     finally:
         registry.set_double_cast(None)  # back to following TORCH_USE_MUSA_DOUBLE_CAST
 
