@@ -268,6 +268,13 @@ def test_the_control_runs_native_cuda_in_musas_place_and_says_so(bench, monkeypa
     assert started == ["musa", "cuda"]
 
 
+def idle_chunk():
+    """A fake worker's answer to "chunk": 10 ms of wall time, its usage per step."""
+    usage = {"main_cpu_ms": 1.0, "other_threads_cpu_ms": 1.0, "involuntary_switches": 0.0,
+             "voluntary_switches": 0.0, "page_faults": 0.0, "threads": 2, "cpu": 0}
+    return [0.01, 0.008, 0, usage]
+
+
 def test_rotating_cpus_put_each_pair_of_chunks_on_one_group(bench, monkeypatch):
     # Both sides move together: a pair's two chunks run on the same cores, so where a
     # process happens to sit cannot favour one side (run 21's control).
@@ -286,9 +293,7 @@ def test_rotating_cpus_put_each_pair_of_chunks_on_one_group(bench, monkeypatch):
                 self.cpus = cmd[4:]
                 return sorted(int(c) for c in self.cpus.split(","))
             log.append((self.name, self.cpus))
-            usage = {"main_cpu_ms": 1.0, "other_threads_cpu_ms": 1.0, "involuntary_switches": 0.0,
-                     "voluntary_switches": 0.0, "page_faults": 0.0, "threads": 2, "cpu": 0}
-            return [0.01, 0.008, 0, usage]
+            return idle_chunk()
 
         def close(self):
             pass
@@ -320,9 +325,7 @@ def test_fresh_workers_give_every_round_a_new_warm_pair(bench, monkeypatch):
                 return 10.0
             if cmd.startswith("pin "):
                 return [0, 1]
-            usage = {"main_cpu_ms": 1.0, "other_threads_cpu_ms": 1.0, "involuntary_switches": 0.0,
-                     "voluntary_switches": 0.0, "page_faults": 0.0, "threads": 2, "cpu": 0}
-            return [0.01, 0.008, 0, usage]
+            return idle_chunk()
 
         def close(self):
             log.append(("close", self.name))

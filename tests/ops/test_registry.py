@@ -327,7 +327,7 @@ def _sampling(t):
 
 def _vision(t):
     img = t.reshape(1, 4, 4, 4)
-    grid = torch.tanh(t[:2 * 3 * 3 * 2 // 2].reshape(1, 3, 3, 2))
+    grid = torch.tanh(t[:18].reshape(1, 3, 3, 2))
     pooled, idx = torch.nn.functional.max_pool2d(img, 2, return_indices=True)
     return [torch.nn.functional.pixel_shuffle(img, 2), torch.nn.functional.pixel_unshuffle(img, 2),
             torch.nn.functional.grid_sample(img, grid, align_corners=False),
