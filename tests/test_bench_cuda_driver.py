@@ -300,7 +300,7 @@ def test_rotating_cpus_put_each_pair_of_chunks_on_one_group(bench, monkeypatch):
 
     monkeypatch.setattr(bench, "Worker", FakeWorker)
     groups = [{0, 1}, {2, 3}, {4, 5}]
-    row = bench.bench_gpt2(2, None, "gpt2-b4x256", cpus=groups)  # 4 chunks a side per round
+    row = bench.bench_gpt2(2, 16, "gpt2-b4x256", cpus=groups)  # 4 chunks of 4 a side per round
     chunks = [entry for entry in log if entry[0] != "start"][2:]  # after the untimed chunk each
     assert len(chunks) == 16
     for j in range(0, 16, 2):  # each pair: both workers, one group, the groups in turn
@@ -331,7 +331,7 @@ def test_fresh_workers_give_every_round_a_new_warm_pair(bench, monkeypatch):
             log.append(("close", self.name))
 
     monkeypatch.setattr(bench, "Worker", FakeWorker)
-    row = bench.bench_gpt2(3, None, "gpt2-2layer-b4x256", cpus=[{0, 1}], fresh_workers=True)
+    row = bench.bench_gpt2(3, 64, "gpt2-2layer-b4x256", cpus=[{0, 1}], fresh_workers=True)
     assert row["fresh_workers"] is True and len(row["round_ratios"]) == 3
     starts = [i for i, e in enumerate(log) if e[0] == "start"]
     assert len(starts) == 6  # a pair per round
@@ -346,5 +346,5 @@ def test_fresh_workers_give_every_round_a_new_warm_pair(bench, monkeypatch):
             assert cmds.count("chunk") == 1 + 8  # the untimed one and the round's 8 (64 steps of 8)
         assert all(n in names for c, n in span)  # no other pair's worker asked in this round
     log.clear()
-    bench.bench_gpt2(3, None, "gpt2-2layer-b4x256")
+    bench.bench_gpt2(3, 64, "gpt2-2layer-b4x256")
     assert sum(1 for e in log if e[0] == "start") == 2  # by default one pair for the whole case
