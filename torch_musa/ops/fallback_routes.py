@@ -79,4 +79,8 @@ DEVICE_CHECKING_COMPOSITES = ["mode.values"]
 
 def install() -> None:
     _C._register_fallback_ops(structured_wrapper_ops() + generic_decomposition_ops()
-                              + kernel_device_foreach_ops() + DEVICE_CHECKING_COMPOSITES)
+                              + DEVICE_CHECKING_COMPOSITES)
+    # Chosen, not missing: counted among the fallback's ops, but TORCH_MUSA_FALLBACK
+    # neither warns of them (fused AdamW warned of its _foreach_add_ under the cuda
+    # driver on every first step) nor refuses them.
+    _C._register_fallback_ops(kernel_device_foreach_ops(), chosen=True)

@@ -35,8 +35,11 @@ struct OpCount {
 };
 std::unordered_map<const void*, OpCount> g_counts;
 
-void account(const c10::OperatorHandle& op) {
-  const auto mode = FallbackMode(g_mode.load(std::memory_order_relaxed));
+// `chosen`: an op routed here on purpose because the kernel device's own kernel is the
+// best musa has (CUDA's multi-tensor _foreach_* kernels): counted, neither warned nor
+// refused, as TORCH_MUSA_FALLBACK is about ops missing from the registry.
+void account(const c10::OperatorHandle& op, bool chosen = false) {
+  const auto mode = chosen ? FallbackMode::Silent : FallbackMode(g_mode.load(std::memory_order_relaxed));
   bool first = false;
   std::string name;
   {
@@ -168,6 +171,12 @@ void musa_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet,
   run_on_kernel_device(op, stack);
 }
 
+void musa_chosen_route(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                       torch::jit::Stack* stack) {
+  account(op, /*chosen=*/true);
+  run_on_kernel_device(op, stack);
+}
+
 // Sparse, sparse-compressed and quantized musa tensors: the same route, with
 // the kernel chosen by the layout (SparseCPU, SparseCsrCPU, QuantizedCPU).
 void musa_layout_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
@@ -244,13 +253,14 @@ void reset_fallback_counts() {
   g_counts.clear();
 }
 
-void register_fallback_for(const std::vector<std::string>& ops) {
+void register_fallback_for(const std::vector<std::string>& ops, bool chosen) {
   static auto* lib = new torch::Library(torch::Library::IMPL, "aten",
                                         c10::DispatchKey::PrivateUse1,
                                         __FILE__, __LINE__);
   for (const auto& name : ops)
     lib->impl(name.c_str(),
-              torch::CppFunction::makeFromBoxedFunction<&musa_fallback>());
+              chosen ? torch::CppFunction::makeFromBoxedFunction<&musa_chosen_route>()
+                     : torch::CppFunction::makeFromBoxedFunction<&musa_fallback>());
 }
 
 }  // namespace torch_musa

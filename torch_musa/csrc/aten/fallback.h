@@ -20,6 +20,8 @@ void run_on_kernel_device(const c10::OperatorHandle& op, torch::jit::Stack* stac
 
 // Route these ops (by "name.overload") straight to the fallback, skipping
 // PyTorch's generic structured wrappers that would otherwise run first.
-void register_fallback_for(const std::vector<std::string>& ops);
+// `chosen`: the kernel device's kernel is musa's best for them (fallback_routes.py):
+// counted in fallback_counts(), but TORCH_MUSA_FALLBACK neither warns nor refuses.
+void register_fallback_for(const std::vector<std::string>& ops, bool chosen = false);
 
 }  // namespace torch_musa

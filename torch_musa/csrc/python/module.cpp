@@ -306,7 +306,7 @@ PYBIND11_MODULE(_C, m) {
            py::return_value_policy::reference)
       .def("__exit__", [](KernelSpanScope& s, py::args) { s.exit(); return false; });
   m.def("_profiler_recorded_kernels", &profiler::recorded_kernel_count);
-  m.def("_register_fallback_ops", &register_fallback_for);
+  m.def("_register_fallback_ops", &register_fallback_for, py::arg("ops"), py::arg("chosen") = false);
   m.def("_register_autocast_kernels", &register_autocast_kernels);
   init_nan_check(m);
   init_memory(m);  // python/memory.cpp
