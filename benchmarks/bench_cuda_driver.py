@@ -50,12 +50,12 @@ TARGETS = {"small": 1.3, "large": 1.05, "graph": 1.1, "train": 1.02, "train_comp
 #: the sides (:func:`chunk_order`): the lent H100s' hosts drift by a fifth within seconds
 #: (one process's 40-step medians of the 2-layer step: 7.0-9.6 ms; docs/PERFORMANCE.md,
 #: run 4), so a round's sides are timed interleaved, not one after the other. The
-#: host-bound cases take enough pairs for a round to resolve a few per cent: a pair's log
-#: ratio scatters by ~0.11 (runs 21-22), so 16 pairs give +-6 % and 32 give +-4 % (95 %),
-#: seconds of steps against the ~19 s a fresh pair of workers took to start (run 23).
+#: host-bound cases take 32 pairs a round, enough to resolve a few per cent: a pair's log
+#: ratio scatters by 0.08-0.11 (runs 21-23), so 16 pairs gave +-6 % and 32 give +-3-4 %
+#: (95 %), seconds of steps against the ~19 s a fresh pair of workers took to start (run 23).
 TRAIN_CASES = {
     "gpt2": {"batch": 16, "seq": 1024, "n_layer": 12, "host_bound": False, "steps": 8, "chunk": 4},
-    "gpt2-b4x256": {"batch": 4, "seq": 256, "n_layer": 12, "host_bound": True, "steps": 64, "chunk": 4},
+    "gpt2-b4x256": {"batch": 4, "seq": 256, "n_layer": 12, "host_bound": True, "steps": 128, "chunk": 4},
     "gpt2-2layer-b4x256": {"batch": 4, "seq": 256, "n_layer": 2, "host_bound": True, "steps": 256, "chunk": 8},
 }
 
