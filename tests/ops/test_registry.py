@@ -396,8 +396,62 @@ def _training(t):
     return [bag, d, w.grad, x.grad]
 
 
+def _distributions(t):
+    # torch.distributions' samplers and their reparameterised gradients
+    torch.manual_seed(4)
+    conc = (t[:8] * 3).detach().clone().requires_grad_()
+    gamma = torch.distributions.Gamma(conc, torch.ones_like(conc)).rsample()
+    dirichlet = torch.distributions.Dirichlet(conc.reshape(2, 4)).rsample()
+    (gamma.sum() + (dirichlet * t[8:16].reshape(2, 4)).sum()).backward()
+    return [gamma, dirichlet, conc.grad, torch.poisson(t * 4), torch.binomial(torch.full_like(t, 10.0), t / 2),
+            torch.repeat_interleave((t[:6] * 3).long()), *torch.unique((t[:12] * 2).round().reshape(4, 3), dim=0,
+                                                                      return_inverse=True, return_counts=True)]
+
+
+def _inference_layers(t):
+    # nn.TransformerEncoderLayer's and nn.MultiheadAttention's inference fast paths, weight
+    # norm (wav2vec2's positional convolution), Embedding(max_norm), EmbeddingBag without grad
+    torch.manual_seed(5)
+    dev = t.device
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).to(dev).eval()
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).to(dev).eval()
+    x = t[:48].reshape(2, 3, 8)
+    with torch.no_grad():
+        enc = layer(x)
+        att, _ = mha(x, x, x, need_weights=False)
+        bag = torch.nn.functional.embedding_bag(torch.tensor([0, 2, 1, 3], device=dev), t[:16].reshape(4, 4),
+                                                torch.tensor([0, 2], device=dev))
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(2, 2, 3)).to(dev)
+    y = conv(t[:12].reshape(1, 2, 6))
+    y.sum().backward()
+    emb = torch.nn.Embedding(5, 3, max_norm=0.5).to(dev)
+    looked = emb(torch.tensor([1, 3, 1], device=dev))
+    return [enc, att, bag, y, conv.parametrizations.weight.original0.grad, conv.parametrizations.weight.original1.grad,
+            looked, emb.weight.detach()]
+
+
+def _training_extras(t):
+    # fused Adagrad, forward-mode GLU, eigenvalues, matrix exponential, batch norm's
+    # export-time ops
+    ps = [t[:6].reshape(2, 3).clone().requires_grad_(), t[6:10].clone().requires_grad_()]
+    opt = torch.optim.Adagrad(ps, lr=0.1, fused=True)
+    for _ in range(2):
+        (ps[0].square().sum() + ps[1].sin().sum()).backward()
+        opt.step()
+    _, glu_t = torch.func.jvp(lambda a: torch.nn.functional.glu(a, -1), (t[:8].reshape(2, 4),), (t[8:16].reshape(2, 4),))
+    m = t[:9].reshape(3, 3)
+    x = t[:24].reshape(2, 3, 4)
+    mean, var = torch.zeros(3, device=t.device), torch.ones(3, device=t.device)
+    bn = torch.ops.aten._native_batch_norm_legit(x, None, None, mean, var, True, 0.1, 1e-5)
+    upd = torch.ops.aten._batch_norm_with_update(x, t[:3], t[3:6], mean, var, 0.1, 1e-5)
+    pooled = torch.empty(2, 2, 2, device=t.device)
+    torch._C._nn.adaptive_avg_pool2d(x, (2, 2), out=pooled)
+    return [*ps, glu_t, torch.linalg.eigvals(m), torch.linalg.matrix_exp(m), *bn, *upd[:3], mean, var, pooled]
+
+
 @pytest.mark.requires_host_driver("bit-identity with the CPU's kernels and random numbers, which the host driver has")
-@pytest.mark.parametrize("family", [_fft_and_complex, _sampling, _vision, _special, _selection, _training])
+@pytest.mark.parametrize("family", [_fft_and_complex, _sampling, _vision, _special, _selection, _training,
+                                    _distributions, _inference_layers, _training_extras])
 def test_ops_once_in_the_fallback_are_native_and_match_cpu(family):
     # FFT, sampling, vision and special-function ops that went through the boxed
     # fallback until the OpInfo sweep's fallback count listed them: served natively, the
