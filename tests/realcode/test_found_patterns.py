@@ -111,8 +111,13 @@ def test_transformer_encoder_inference_with_padding_mask():
     encoder = nn.TransformerEncoder(layer, 2).eval()
     x = torch.randn(3, 5, 16)
     pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 2 + [True] * 3])
+    import torch_musa.ops as musa_ops
+
     with torch.no_grad():
         cpu = encoder(x, src_key_padding_mask=pad)
+        musa_ops.reset_fallback_stats()
         musa = encoder.to("musa")(x.to("musa"), src_key_padding_mask=pad.to("musa"))
+    # the fast path's own ops (the padding check, the fused layer) are the registry's
+    assert musa_ops.fallback_stats() == {}
     # musa's attention is its own kernel (the CPU's is its flash kernel): float32 rounding
     assert_same(musa, cpu, "encoder output on the padded batch", atol=1e-6, rtol=1e-5)

@@ -1,0 +1,60 @@
+"""Hugging Face models from tiny configs, forward and backward on musa against the CPU.
+
+The whole sweep (42 architectures) takes seconds, so CI runs all of it: every model
+must match the CPU (bit for bit where the CPU's kernels run) with no op in the fallback.
+"""
+import json
+
+import pytest
+import torch
+
+from torch_musa._driver import KERNEL_DEVICE
+from torch_musa.testing import model_sweep
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def results():
+    return model_sweep.sweep()
+
+
+def test_every_model_matches_the_cpu_with_no_op_in_the_fallback(results):
+    assert len(results) == len(model_sweep.MODELS) >= 40
+    failed = [(r.model, r.status, r.reason) for r in results if r.status != "pass"]
+    assert not failed
+    if KERNEL_DEVICE == "cpu":
+        assert all(r.output_bitwise and r.grads_bitwise for r in results)
+    assert {op for r in results for op in r.fallback_ops} == set()
+    assert all(r.params > 1000 for r in results)  # real models, not empty shells
+
+
+def test_a_wrong_gradient_fails_its_model(monkeypatch):
+    real = model_sweep._train_step
+
+    def off_by_an_ulp_on_musa(model, device):
+        y, grads, params = real(model, device)
+        if device == "musa":
+            name = sorted(grads)[0]
+            grads[name] = torch.nextafter(grads[name], torch.full_like(grads[name], float("inf")))
+        return y, grads, params
+
+    monkeypatch.setattr(model_sweep, "_train_step", off_by_an_ulp_on_musa)
+    (r,) = model_sweep.sweep(["llama"])
+    assert r.output_bitwise and not r.grads_bitwise and r.max_grad_diff > 0
+    if KERNEL_DEVICE == "cpu":
+        assert r.status == "fail" and "bit for bit" in r.reason
+
+
+def test_cli_writes_json_and_markdown(tmp_path, capsys):
+    with pytest.raises(ValueError, match="unknown models \\['gpt5'\\]"):
+        model_sweep.sweep(["gpt5"])
+    rc = model_sweep.main(["--models", "bert,mixtral", "--json", str(tmp_path / "r.json"),
+                           "--md", str(tmp_path / "r.md")])
+    assert rc == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [r["model"] for r in data["results"]] == ["bert", "mixtral"]
+    assert data["kernel_device"] == KERNEL_DEVICE and data["headline"].startswith("2 models, 100.00% pass")
+    md = (tmp_path / "r.md").read_text()
+    assert "| mixtral | pass |" in md and "--models bert,mixtral" in md
+    assert "mixtral" in capsys.readouterr().out

@@ -1,0 +1,347 @@
+"""Run Hugging Face models built from tiny configs on musa against the CPU.
+
+OpInfo and module_db test one op or one layer at a time; a whole model is where
+the rest shows: the ops a layer's fast paths and helpers reach (weight norm in
+wav2vec2's positional convolution, MoE routing's index ops, relative-position
+gathers), the order autograd runs them in, views of views of one storage. Each
+model is built on the CPU from a tiny config with a fixed seed and moved with
+``.to("musa")``, as users move theirs; a forward in training mode and the
+backward of a sum of squares then run on both devices, and the outputs and every
+parameter's gradient are compared. Nothing is downloaded.
+
+Under the host driver musa runs the CPU's kernels, so a model passes only bit for
+bit; under another driver, within the tolerance of the output's dtype. A model
+also reports the ops that took the boxed fallback while it ran on musa, which is
+how the registry's gaps surface (``TORCH_MUSA_FALLBACK`` warnings are muted here).
+
+    python -m torch_musa.testing.model_sweep [--models bert,llama,...] [--json out.json] [--md out.md]
+
+Needs ``transformers`` (a test dependency of torch_musa).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from torch_musa._driver import KERNEL_DEVICE
+from torch_musa._table import render
+
+from .sweep_common import name_list, progress_bar, rate
+
+SEED = 0
+#: The small sizes every config takes where it has the field (names differ by family).
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=99,
+            max_position_embeddings=64, num_key_value_heads=1, head_dim=16, n_embd=32, n_layer=2, n_head=2,
+            n_positions=64, d_model=32, num_layers=2, num_heads=2, d_ff=64, d_kv=16, ffn_dim=64, n_inner=64)
+#: Dropout off, so that both devices compute the same function (their generators differ
+#: under a GPU driver).
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attention_dropout=0.0,
+                  hidden_dropout=0.0, dropout=0.0, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0,
+                  activation_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, classifier_dropout=0.0,
+                  classifier_dropout_prob=0.0, dropout_rate=0.0, drop_path_rate=0.0)
+AUDIO = dict(conv_dim=[8, 8], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=8,
+             num_conv_pos_embedding_groups=2, mask_time_prob=0.0)
+
+
+def tiny_config(name: str, **overrides):
+    """``transformers.<name>`` with TINY and NO_DROPOUT applied where it has the field, then
+    ``overrides``. Fields set after construction do not re-derive the fields computed from
+    them, so the audio configs (whose layer count follows ``conv_dim``) are built by keyword."""
+    import transformers
+
+    cls = getattr(transformers, name)
+    if "conv_dim" in overrides:
+        return cls(**{k: v for k, v in {**TINY, **NO_DROPOUT}.items() if k in cls().to_dict()}, **overrides)
+    cfg = cls()
+    for k, v in {**TINY, **NO_DROPOUT, **overrides}.items():
+        if hasattr(cfg, k):
+            if isinstance(v, float) and type(getattr(cfg, k)) is int:  # LeViT's int drop_path_rate
+                v = int(v)
+            try:
+                setattr(cfg, k, v)
+            except (AttributeError, ValueError, NotImplementedError):  # derived or fixed fields
+                pass
+    return cfg
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def text(batch: int = 2, seq: int = 12) -> dict:
+    """Token ids and a mask with padding on the second row."""
+    ids = torch.randint(3, TINY["vocab_size"], (batch, seq), generator=_generator(1))
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[1, -3:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def seq2seq() -> dict:
+    return {**text(seq=10), "decoder_input_ids": torch.randint(3, TINY["vocab_size"], (2, 7), generator=_generator(2))}
+
+
+def ids_only() -> dict:
+    return {"input_ids": text()["input_ids"]}
+
+
+def image(size: int = 32) -> dict:
+    return {"pixel_values": torch.randn(2, 3, size, size, generator=_generator(1))}
+
+
+def audio() -> dict:
+    return {"input_values": torch.randn(2, 1600, generator=_generator(1))}
+
+
+def mel() -> dict:
+    g = _generator(1)
+    return {"input_features": torch.randn(2, 16, 60, generator=g),
+            "decoder_input_ids": torch.randint(3, TINY["vocab_size"], (2, 5), generator=g)}
+
+
+@dataclass
+class Model:
+    name: str
+    cls: str  # the transformers class
+    config: Callable  # () -> config
+    inputs: Callable  # () -> dict of CPU tensors
+
+
+def _clip_config():
+    import transformers
+
+    return transformers.CLIPConfig(
+        text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         vocab_size=TINY["vocab_size"], max_position_embeddings=32),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        projection_dim=16)
+
+
+MODELS = [
+    # encoders
+    Model("bert", "BertForMaskedLM", lambda: tiny_config("BertConfig"), text),
+    Model("roberta", "RobertaForMaskedLM", lambda: tiny_config("RobertaConfig", pad_token_id=1), text),
+    Model("distilbert", "DistilBertForMaskedLM",
+          lambda: tiny_config("DistilBertConfig", dim=32, n_layers=2, n_heads=2, hidden_dim=64), text),
+    Model("electra", "ElectraForPreTraining", lambda: tiny_config("ElectraConfig", embedding_size=32), text),
+    Model("albert", "AlbertForMaskedLM", lambda: tiny_config("AlbertConfig", embedding_size=16), text),
+    Model("deberta_v2", "DebertaV2ForMaskedLM",
+          lambda: tiny_config("DebertaV2Config", relative_attention=True, position_buckets=8,
+                              pos_att_type=["p2c", "c2p"]), text),
+    Model("xlnet", "XLNetLMHeadModel", lambda: tiny_config("XLNetConfig", d_inner=64, d_head=16), text),
+    Model("funnel", "FunnelForMaskedLM",
+          lambda: tiny_config("FunnelConfig", block_sizes=[1, 1], d_head=16, d_inner=64, n_head=2), text),
+    Model("convbert", "ConvBertForMaskedLM", lambda: tiny_config("ConvBertConfig", embedding_size=32), text),
+    Model("longformer", "LongformerForMaskedLM",
+          lambda: tiny_config("LongformerConfig", attention_window=[4, 4], pad_token_id=1), lambda: text(seq=16)),
+    Model("big_bird", "BigBirdForMaskedLM", lambda: tiny_config("BigBirdConfig", attention_type="original_full"),
+          text),
+    # decoders
+    Model("gpt_neox", "GPTNeoXForCausalLM", lambda: tiny_config("GPTNeoXConfig"), text),
+    Model("falcon", "FalconForCausalLM", lambda: tiny_config("FalconConfig"), text),
+    Model("phi", "PhiForCausalLM", lambda: tiny_config("PhiConfig"), text),
+    Model("gemma2", "Gemma2ForCausalLM", lambda: tiny_config("Gemma2Config", sliding_window=8), text),
+    Model("qwen3", "Qwen3ForCausalLM", lambda: tiny_config("Qwen3Config"), text),
+    Model("llama", "LlamaForCausalLM", lambda: tiny_config("LlamaConfig"), text),
+    Model("mistral", "MistralForCausalLM", lambda: tiny_config("MistralConfig", sliding_window=6), text),
+    Model("mixtral", "MixtralForCausalLM",
+          lambda: tiny_config("MixtralConfig", num_local_experts=4, num_experts_per_tok=2), text),
+    Model("qwen2_moe", "Qwen2MoeForCausalLM",
+          lambda: tiny_config("Qwen2MoeConfig", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                              shared_expert_intermediate_size=32), text),
+    Model("opt", "OPTForCausalLM", lambda: tiny_config("OPTConfig", word_embed_proj_dim=32), text),
+    Model("bloom", "BloomForCausalLM", lambda: tiny_config("BloomConfig"), text),
+    Model("gptj", "GPTJForCausalLM", lambda: tiny_config("GPTJConfig", rotary_dim=8), text),
+    Model("mamba", "MambaForCausalLM", lambda: tiny_config("MambaConfig", state_size=8), ids_only),
+    # encoder-decoders
+    Model("t5", "T5ForConditionalGeneration",
+          lambda: tiny_config("T5Config", num_decoder_layers=2, relative_attention_num_buckets=8), seq2seq),
+    Model("bart", "BartForConditionalGeneration",
+          lambda: tiny_config("BartConfig", encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                              decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64), seq2seq),
+    # vision
+    Model("vit", "ViTForImageClassification", lambda: tiny_config("ViTConfig", image_size=32, patch_size=8), image),
+    Model("swin", "SwinForImageClassification",
+          lambda: tiny_config("SwinConfig", image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                              num_heads=[1, 2], window_size=4), image),
+    Model("convnext", "ConvNextForImageClassification",
+          lambda: tiny_config("ConvNextConfig", hidden_sizes=[8, 16], depths=[1, 1], num_stages=2), image),
+    Model("segformer", "SegformerForSemanticSegmentation",
+          lambda: tiny_config("SegformerConfig", hidden_sizes=[8, 16], depths=[1, 1], num_encoder_blocks=2,
+                              sr_ratios=[2, 1], num_attention_heads=[1, 2], decoder_hidden_size=16, strides=[4, 2],
+                              patch_sizes=[7, 3], mlp_ratios=[2, 2]), image),
+    Model("dinov2", "Dinov2Model", lambda: tiny_config("Dinov2Config", image_size=32, patch_size=8), image),
+    Model("mobilevit", "MobileViTForImageClassification",
+          lambda: tiny_config("MobileViTConfig", image_size=32, hidden_sizes=[16, 16, 16],
+                              neck_hidden_sizes=[8, 8, 16, 16, 16, 32, 64]), image),
+    Model("beit", "BeitForImageClassification",
+          lambda: tiny_config("BeitConfig", image_size=32, patch_size=8, use_relative_position_bias=True), image),
+    Model("resnet", "ResNetForImageClassification",
+          lambda: tiny_config("ResNetConfig", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]), image),
+    Model("regnet", "RegNetForImageClassification",
+          lambda: tiny_config("RegNetConfig", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                              groups_width=4), image),
+    Model("levit", "LevitForImageClassification",
+          lambda: tiny_config("LevitConfig", image_size=32, hidden_sizes=[16, 32, 48], num_attention_heads=[1, 2, 3],
+                              depths=[1, 1, 1], key_dim=[8, 8, 8]), image),
+    Model("yolos", "YolosModel",
+          lambda: tiny_config("YolosConfig", image_size=[32, 32], patch_size=8, num_detection_tokens=4), image),
+    # audio and multimodal
+    Model("wav2vec2", "Wav2Vec2Model", lambda: tiny_config("Wav2Vec2Config", **AUDIO), audio),
+    Model("wav2vec2_stable_ln", "Wav2Vec2Model",
+          lambda: tiny_config("Wav2Vec2Config", **AUDIO, do_stable_layer_norm=True, feat_extract_norm="layer"), audio),
+    Model("hubert", "HubertModel", lambda: tiny_config("HubertConfig", **AUDIO), audio),
+    Model("whisper", "WhisperForConditionalGeneration",
+          lambda: tiny_config("WhisperConfig", pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                              decoder_start_token_id=1, num_mel_bins=16, encoder_layers=2, decoder_layers=2,
+                              encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                              decoder_ffn_dim=64, max_source_positions=30, max_target_positions=16), mel),
+    Model("clip", "CLIPModel", _clip_config, lambda: {**text(), **image()}),
+]
+
+
+@dataclass
+class Result:
+    model: str
+    status: str  # pass | fail | error
+    params: int = 0
+    output_bitwise: bool = False
+    grads_bitwise: bool = False
+    max_output_diff: float = 0.0
+    max_grad_diff: float = 0.0
+    fallback_ops: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    reason: str = ""
+
+
+def _first_tensor(out) -> torch.Tensor:
+    for key in ("logits", "last_hidden_state", "prediction_logits", "logits_per_image"):
+        v = getattr(out, key, None)
+        if v is not None:
+            return v
+    return out[0]
+
+
+def _train_step(model: Model, device: str) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+    import transformers
+
+    torch.manual_seed(SEED)
+    m = getattr(transformers, model.cls)(model.config()).to(device).train()
+    torch.manual_seed(SEED + 1)  # the device's generator as the CPU's, for any randomness left
+    y = _first_tensor(m(**{k: v.to(device) for k, v in model.inputs().items()})).float()
+    y.square().mean().backward()
+    grads = {n: p.grad.detach().cpu() for n, p in m.named_parameters() if p.grad is not None}
+    return y.detach().cpu(), grads, sum(p.numel() for p in m.parameters())
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+
+
+def run_model(model: Model) -> Result:
+    import torch_musa.ops as musa_ops
+
+    t0 = time.time()
+    try:
+        y_cpu, g_cpu, params = _train_step(model, "cpu")
+        musa_ops.reset_fallback_stats()
+        y_musa, g_musa, _ = _train_step(model, "musa")
+    except Exception as e:  # noqa: BLE001 - a sweep reports every failure and goes on
+        return Result(model.name, "error", reason=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
+                      seconds=time.time() - t0)
+    r = Result(model.name, "pass", params=params, fallback_ops=musa_ops.fallback_stats(),
+               output_bitwise=torch.equal(y_cpu, y_musa), max_output_diff=_max_diff(y_cpu, y_musa),
+               seconds=time.time() - t0)
+    r.grads_bitwise = set(g_cpu) == set(g_musa) and all(torch.equal(g_cpu[k], g_musa[k]) for k in g_cpu)
+    r.max_grad_diff = max((_max_diff(g_cpu[k], g_musa[k]) for k in g_cpu if k in g_musa), default=0.0)
+    if set(g_cpu) != set(g_musa):
+        r.status, r.reason = "fail", f"gradients for different parameters: {sorted(set(g_cpu) ^ set(g_musa))[:5]}"
+    elif KERNEL_DEVICE == "cpu" and not (r.output_bitwise and r.grads_bitwise):
+        r.status, r.reason = "fail", "not bit for bit with the CPU's kernels"
+    elif KERNEL_DEVICE != "cpu":
+        try:
+            torch.testing.assert_close(y_musa, y_cpu, rtol=1e-3, atol=1e-4)
+            for k in g_cpu:
+                torch.testing.assert_close(g_musa[k], g_cpu[k], rtol=1e-3, atol=1e-4)
+        except AssertionError as e:
+            r.status, r.reason = "fail", " ".join(str(e).split())[:300]
+    return r
+
+
+def sweep(names: list[str] | None = None, progress: bool = False) -> list[Result]:
+    picked = [m for m in MODELS if names is None or m.name in names]
+    unknown = set(names or ()) - {m.name for m in MODELS}
+    if unknown:
+        raise ValueError(f"unknown models {sorted(unknown)}; choose from {', '.join(m.name for m in MODELS)}")
+    results = []
+    from torch_musa.ops import registry
+
+    registry.set_fallback_mode("silent")
+    try:
+        with warnings.catch_warnings(), progress_bar(picked, progress, "models") as bar:
+            warnings.simplefilter("ignore")
+            for model in bar:
+                bar.set_postfix_str(model.name, refresh=False)
+                results.append(run_model(model))
+    finally:
+        from torch_musa.config import CONFIG
+
+        registry.set_fallback_mode(CONFIG.fallback)
+    return results
+
+
+def headline(results: list[Result]) -> str:
+    passed = sum(r.status == "pass" for r in results)
+    bitwise = sum(r.output_bitwise and r.grads_bitwise for r in results)
+    fell = sorted({op for r in results for op in r.fallback_ops})
+    return (f"{len(results)} models, {rate(passed, len(results)):.2%} pass ({bitwise} bit for bit with the CPU, "
+            f"outputs and gradients); ops in the fallback: {', '.join(fell) if fell else 'none'}")
+
+
+def table(results: list[Result], markdown: bool = False) -> str:
+    head = ["model", "status", "params", "output", "gradients", "fallback ops", "s", "reason"]
+    rows = [[r.model, r.status, f"{r.params:,}",
+             "bit for bit" if r.output_bitwise else f"{r.max_output_diff:.1e}",
+             "bit for bit" if r.grads_bitwise else f"{r.max_grad_diff:.1e}",
+             ", ".join(f"{k} ({v})" for k, v in sorted(r.fallback_ops.items())) or "-",
+             f"{r.seconds:.1f}", r.reason] for r in results]
+    return render(head, rows, markdown=markdown)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", help=f"comma-separated names (default all): {', '.join(m.name for m in MODELS)}")
+    ap.add_argument("--json", help="write every result here")
+    ap.add_argument("--md", help="write the headline and the table as Markdown here")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    results = sweep(name_list(args.models), progress=True)
+    print(table(results))
+    print(headline(results))
+    meta = {"command": "python -m torch_musa.testing.model_sweep " + " ".join(argv if argv is not None
+                                                                              else sys.argv[1:]),
+            "device": torch.musa.get_device_name(), "kernel_device": KERNEL_DEVICE, "torch": torch.__version__,
+            "transformers": importlib.metadata.version("transformers"),
+            "torch_musa": importlib.metadata.version("torch_musa"), "seconds": round(time.time() - t0, 1)}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**meta, "headline": headline(results), "results": [asdict(r) for r in results]}, f, indent=2)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(f"# Hugging Face models from tiny configs: musa vs CPU\n\n`{meta['command'].strip()}` on "
+                    f"{meta['device']} (kernels: {KERNEL_DEVICE}), torch {meta['torch']}, transformers "
+                    f"{meta['transformers']}, {meta['seconds']:.0f} s.\n\n{headline(results)}\n\n"
+                    f"{table(results, markdown=True)}\n")
+    return 0 if all(r.status == "pass" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
