@@ -1,4 +1,5 @@
-"""Hugging Face models from tiny configs, forward and backward on musa against the CPU.
+"""Hugging Face models from tiny configs, forward and backward on musa against the CPU,
+and greedy generation for those that generate.
 
 The whole sweep (42 architectures) takes seconds, so CI runs all of it: every model
 must match the CPU (bit for bit where the CPU's kernels run) with no op in the fallback.
@@ -23,8 +24,11 @@ def test_every_model_matches_the_cpu_with_no_op_in_the_fallback(results):
     assert len(results) == len(model_sweep.MODELS) >= 40
     failed = [(r.model, r.status, r.reason) for r in results if r.status != "pass"]
     assert not failed
+    generating = [r for r in results if r.generation != "n/a"]
+    assert len(generating) >= 15
     if KERNEL_DEVICE == "cpu":
         assert all(r.output_bitwise and r.grads_bitwise for r in results)
+        assert all(r.generation == "same" for r in generating)  # greedy tokens, KV cache
     assert {op for r in results for op in r.fallback_ops} == set()
     assert all(r.params > 1000 for r in results)  # real models, not empty shells
 

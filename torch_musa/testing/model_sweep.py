@@ -7,7 +7,8 @@ gathers), the order autograd runs them in, views of views of one storage. Each
 model is built on the CPU from a tiny config with a fixed seed and moved with
 ``.to("musa")``, as users move theirs; a forward in training mode and the
 backward of a sum of squares then run on both devices, and the outputs and every
-parameter's gradient are compared. Nothing is downloaded.
+parameter's gradient are compared; decoders and encoder-decoders also generate eight
+greedy tokens (eval mode, KV cache) on both. Nothing is downloaded.
 
 Under the host driver musa runs the CPU's kernels, so a model passes only bit for
 bit; under another driver, within the tolerance of the output's dtype. A model
@@ -112,6 +113,7 @@ class Model:
     cls: str  # the transformers class
     config: Callable  # () -> config
     inputs: Callable  # () -> dict of CPU tensors
+    generates: bool = False  # also compare greedy generation (KV cache, eval, no grad)
 
 
 def _clip_config():
@@ -145,28 +147,28 @@ MODELS = [
     Model("big_bird", "BigBirdForMaskedLM", lambda: tiny_config("BigBirdConfig", attention_type="original_full"),
           text),
     # decoders
-    Model("gpt_neox", "GPTNeoXForCausalLM", lambda: tiny_config("GPTNeoXConfig"), text),
-    Model("falcon", "FalconForCausalLM", lambda: tiny_config("FalconConfig"), text),
-    Model("phi", "PhiForCausalLM", lambda: tiny_config("PhiConfig"), text),
-    Model("gemma2", "Gemma2ForCausalLM", lambda: tiny_config("Gemma2Config", sliding_window=8), text),
-    Model("qwen3", "Qwen3ForCausalLM", lambda: tiny_config("Qwen3Config"), text),
-    Model("llama", "LlamaForCausalLM", lambda: tiny_config("LlamaConfig"), text),
-    Model("mistral", "MistralForCausalLM", lambda: tiny_config("MistralConfig", sliding_window=6), text),
+    Model("gpt_neox", "GPTNeoXForCausalLM", lambda: tiny_config("GPTNeoXConfig"), text, generates=True),
+    Model("falcon", "FalconForCausalLM", lambda: tiny_config("FalconConfig"), text, generates=True),
+    Model("phi", "PhiForCausalLM", lambda: tiny_config("PhiConfig"), text, generates=True),
+    Model("gemma2", "Gemma2ForCausalLM", lambda: tiny_config("Gemma2Config", sliding_window=8), text, generates=True),
+    Model("qwen3", "Qwen3ForCausalLM", lambda: tiny_config("Qwen3Config"), text, generates=True),
+    Model("llama", "LlamaForCausalLM", lambda: tiny_config("LlamaConfig"), text, generates=True),
+    Model("mistral", "MistralForCausalLM", lambda: tiny_config("MistralConfig", sliding_window=6), text, generates=True),
     Model("mixtral", "MixtralForCausalLM",
-          lambda: tiny_config("MixtralConfig", num_local_experts=4, num_experts_per_tok=2), text),
+          lambda: tiny_config("MixtralConfig", num_local_experts=4, num_experts_per_tok=2), text, generates=True),
     Model("qwen2_moe", "Qwen2MoeForCausalLM",
           lambda: tiny_config("Qwen2MoeConfig", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                              shared_expert_intermediate_size=32), text),
-    Model("opt", "OPTForCausalLM", lambda: tiny_config("OPTConfig", word_embed_proj_dim=32), text),
-    Model("bloom", "BloomForCausalLM", lambda: tiny_config("BloomConfig"), text),
-    Model("gptj", "GPTJForCausalLM", lambda: tiny_config("GPTJConfig", rotary_dim=8), text),
-    Model("mamba", "MambaForCausalLM", lambda: tiny_config("MambaConfig", state_size=8), ids_only),
+                              shared_expert_intermediate_size=32), text, generates=True),
+    Model("opt", "OPTForCausalLM", lambda: tiny_config("OPTConfig", word_embed_proj_dim=32), text, generates=True),
+    Model("bloom", "BloomForCausalLM", lambda: tiny_config("BloomConfig"), text, generates=True),
+    Model("gptj", "GPTJForCausalLM", lambda: tiny_config("GPTJConfig", rotary_dim=8), text, generates=True),
+    Model("mamba", "MambaForCausalLM", lambda: tiny_config("MambaConfig", state_size=8), ids_only, generates=True),
     # encoder-decoders
     Model("t5", "T5ForConditionalGeneration",
-          lambda: tiny_config("T5Config", num_decoder_layers=2, relative_attention_num_buckets=8), seq2seq),
+          lambda: tiny_config("T5Config", num_decoder_layers=2, relative_attention_num_buckets=8), seq2seq, generates=True),
     Model("bart", "BartForConditionalGeneration",
           lambda: tiny_config("BartConfig", encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                              decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64), seq2seq),
+                              decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64), seq2seq, generates=True),
     # vision
     Model("vit", "ViTForImageClassification", lambda: tiny_config("ViTConfig", image_size=32, patch_size=8), image),
     Model("swin", "SwinForImageClassification",
@@ -203,7 +205,7 @@ MODELS = [
           lambda: tiny_config("WhisperConfig", pad_token_id=0, bos_token_id=1, eos_token_id=2,
                               decoder_start_token_id=1, num_mel_bins=16, encoder_layers=2, decoder_layers=2,
                               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                              decoder_ffn_dim=64, max_source_positions=30, max_target_positions=16), mel),
+                              decoder_ffn_dim=64, max_source_positions=30, max_target_positions=16), mel, generates=True),
     Model("clip", "CLIPModel", _clip_config, lambda: {**text(), **image()}),
 ]
 
@@ -218,6 +220,7 @@ class Result:
     max_output_diff: float = 0.0
     max_grad_diff: float = 0.0
     fallback_ops: dict = field(default_factory=dict)
+    generation: str = "n/a"  # same | differs (greedy tokens), n/a for models that do not generate
     seconds: float = 0.0
     reason: str = ""
 
@@ -242,6 +245,20 @@ def _train_step(model: Model, device: str) -> tuple[torch.Tensor, dict[str, torc
     return y.detach().cpu(), grads, sum(p.numel() for p in m.parameters())
 
 
+def _generate(model: Model, device: str) -> torch.Tensor:
+    """Eight greedy tokens from the prompt: the inference path (KV cache, eval mode, no grad)."""
+    import transformers
+
+    torch.manual_seed(SEED)
+    m = getattr(transformers, model.cls)(model.config()).to(device).eval()
+    prompt = {k: v.to(device) for k, v in model.inputs().items() if k != "decoder_input_ids"}
+    start = {}  # T5's config names no decoder start token
+    if m.config.is_encoder_decoder and m.generation_config.decoder_start_token_id is None:
+        start["decoder_start_token_id"] = 0
+    with torch.no_grad():
+        return m.generate(**prompt, max_new_tokens=8, do_sample=False, pad_token_id=0, **start).cpu()
+
+
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
 
@@ -254,6 +271,7 @@ def run_model(model: Model) -> Result:
         y_cpu, g_cpu, params = _train_step(model, "cpu")
         musa_ops.reset_fallback_stats()
         y_musa, g_musa, _ = _train_step(model, "musa")
+        tokens = {dev: _generate(model, dev) for dev in ("cpu", "musa")} if model.generates else None
     except Exception as e:  # noqa: BLE001 - a sweep reports every failure and goes on
         return Result(model.name, "error", reason=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
                       seconds=time.time() - t0)
@@ -262,6 +280,8 @@ def run_model(model: Model) -> Result:
                seconds=time.time() - t0)
     r.grads_bitwise = set(g_cpu) == set(g_musa) and all(torch.equal(g_cpu[k], g_musa[k]) for k in g_cpu)
     r.max_grad_diff = max((_max_diff(g_cpu[k], g_musa[k]) for k in g_cpu if k in g_musa), default=0.0)
+    if tokens is not None:
+        r.generation = "same" if torch.equal(tokens["cpu"], tokens["musa"]) else "differs"
     if set(g_cpu) != set(g_musa):
         r.status, r.reason = "fail", f"gradients for different parameters: {sorted(set(g_cpu) ^ set(g_musa))[:5]}"
     elif KERNEL_DEVICE == "cpu" and not (r.output_bitwise and r.grads_bitwise):
@@ -273,6 +293,8 @@ def run_model(model: Model) -> Result:
                 torch.testing.assert_close(g_musa[k], g_cpu[k], rtol=1e-3, atol=1e-4)
         except AssertionError as e:
             r.status, r.reason = "fail", " ".join(str(e).split())[:300]
+    if r.status == "pass" and r.generation == "differs" and KERNEL_DEVICE == "cpu":
+        r.status, r.reason = "fail", "greedy generation picked other tokens than the CPU"
     return r
 
 
@@ -302,15 +324,18 @@ def headline(results: list[Result]) -> str:
     passed = sum(r.status == "pass" for r in results)
     bitwise = sum(r.output_bitwise and r.grads_bitwise for r in results)
     fell = sorted({op for r in results for op in r.fallback_ops})
+    generating = [r for r in results if r.generation != "n/a"]
+    same = sum(r.generation == "same" for r in generating)
     return (f"{len(results)} models, {rate(passed, len(results)):.2%} pass ({bitwise} bit for bit with the CPU, "
-            f"outputs and gradients); ops in the fallback: {', '.join(fell) if fell else 'none'}")
+            f"outputs and gradients; greedy generation the CPU's tokens in {same} of {len(generating)}); "
+            f"ops in the fallback: {', '.join(fell) if fell else 'none'}")
 
 
 def table(results: list[Result], markdown: bool = False) -> str:
-    head = ["model", "status", "params", "output", "gradients", "fallback ops", "s", "reason"]
+    head = ["model", "status", "params", "output", "gradients", "generation", "fallback ops", "s", "reason"]
     rows = [[r.model, r.status, f"{r.params:,}",
              "bit for bit" if r.output_bitwise else f"{r.max_output_diff:.1e}",
-             "bit for bit" if r.grads_bitwise else f"{r.max_grad_diff:.1e}",
+             "bit for bit" if r.grads_bitwise else f"{r.max_grad_diff:.1e}", r.generation,
              ", ".join(f"{k} ({v})" for k, v in sorted(r.fallback_ops.items())) or "-",
              f"{r.seconds:.1f}", r.reason] for r in results]
     return render(head, rows, markdown=markdown)
