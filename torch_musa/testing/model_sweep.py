@@ -153,7 +153,8 @@ MODELS = [
     Model("gemma2", "Gemma2ForCausalLM", lambda: tiny_config("Gemma2Config", sliding_window=8), text, generates=True),
     Model("qwen3", "Qwen3ForCausalLM", lambda: tiny_config("Qwen3Config"), text, generates=True),
     Model("llama", "LlamaForCausalLM", lambda: tiny_config("LlamaConfig"), text, generates=True),
-    Model("mistral", "MistralForCausalLM", lambda: tiny_config("MistralConfig", sliding_window=6), text, generates=True),
+    Model("mistral", "MistralForCausalLM", lambda: tiny_config("MistralConfig", sliding_window=6), text,
+          generates=True),
     Model("mixtral", "MixtralForCausalLM",
           lambda: tiny_config("MixtralConfig", num_local_experts=4, num_experts_per_tok=2), text, generates=True),
     Model("qwen2_moe", "Qwen2MoeForCausalLM",
@@ -165,10 +166,12 @@ MODELS = [
     Model("mamba", "MambaForCausalLM", lambda: tiny_config("MambaConfig", state_size=8), ids_only, generates=True),
     # encoder-decoders
     Model("t5", "T5ForConditionalGeneration",
-          lambda: tiny_config("T5Config", num_decoder_layers=2, relative_attention_num_buckets=8), seq2seq, generates=True),
+          lambda: tiny_config("T5Config", num_decoder_layers=2, relative_attention_num_buckets=8), seq2seq,
+          generates=True),
     Model("bart", "BartForConditionalGeneration",
           lambda: tiny_config("BartConfig", encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                              decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64), seq2seq, generates=True),
+                              decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64), seq2seq,
+          generates=True),
     # vision
     Model("vit", "ViTForImageClassification", lambda: tiny_config("ViTConfig", image_size=32, patch_size=8), image),
     Model("swin", "SwinForImageClassification",
@@ -205,7 +208,8 @@ MODELS = [
           lambda: tiny_config("WhisperConfig", pad_token_id=0, bos_token_id=1, eos_token_id=2,
                               decoder_start_token_id=1, num_mel_bins=16, encoder_layers=2, decoder_layers=2,
                               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                              decoder_ffn_dim=64, max_source_positions=30, max_target_positions=16), mel, generates=True),
+                              decoder_ffn_dim=64, max_source_positions=30, max_target_positions=16), mel,
+          generates=True),
     Model("clip", "CLIPModel", _clip_config, lambda: {**text(), **image()}),
 ]
 
