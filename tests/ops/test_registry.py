@@ -299,9 +299,10 @@ def test_interpolate_forward_and_backward_are_native_and_match_cpu(mode, dims, d
         y = torch.nn.functional.interpolate(leaf, scale_factor=2.5 if dims < 3 else 1.6, mode=mode, **kw)
         y.backward((torch.arange(y.numel(), device=dev).reshape(y.shape) / y.numel()).to(dtype))
         got[dev] = (y.detach().cpu(), leaf.grad.cpu())
-    # Bit for bit where the CPU's kernels run; CUDA's backward accumulates bfloat16 by atomics.
+    # Bit for bit where the CPU's kernels run; CUDA's backward adds bfloat16 atomically, rounding
+    # at each of up to 16 adds per element (bicubic): a few bfloat16 ulps.
     tol = ({"rtol": 0, "atol": 0} if KERNEL_DEVICE == "cpu"
-           else {"rtol": 4e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {})
+           else {"rtol": 8e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {})
     for a, b in zip(got["musa"], got["cpu"]):
         torch.testing.assert_close(a, b, **tol)
     assert not [op for op in musa_ops.fallback_stats() if "upsample" in op], musa_ops.fallback_stats()
