@@ -420,6 +420,9 @@ def _inference_layers(t):
     with torch.no_grad():
         enc = layer(x)
         att, _ = mha(x, x, x, need_weights=False)
+        # (the fast path needs query, key and value to be one tensor: x, not three x.to() copies)
+        pad = torch.tensor([[False] * 3, [False, True, True]], device=dev)
+        padded, weights = mha(x, x, x, key_padding_mask=pad)
         bag = torch.nn.functional.embedding_bag(torch.tensor([0, 2, 1, 3], device=dev), t[:16].reshape(4, 4),
                                                 torch.tensor([0, 2], device=dev))
     conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(2, 2, 3)).to(dev)
@@ -427,7 +430,7 @@ def _inference_layers(t):
     y.sum().backward()
     emb = torch.nn.Embedding(5, 3, max_norm=0.5).to(dev)
     looked = emb(torch.tensor([1, 3, 1], device=dev))
-    return [enc, att, bag, y, conv.parametrizations.weight.original0.grad, conv.parametrizations.weight.original1.grad,
+    return [enc, att, padded, weights, bag, y, conv.parametrizations.weight.original0.grad, conv.parametrizations.weight.original1.grad,
             looked, emb.weight.detach()]
 
 
