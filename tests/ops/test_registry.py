@@ -430,7 +430,8 @@ def _inference_layers(t):
     y.sum().backward()
     emb = torch.nn.Embedding(5, 3, max_norm=0.5).to(dev)
     looked = emb(torch.tensor([1, 3, 1], device=dev))
-    return [enc, att, padded, weights, bag, y, conv.parametrizations.weight.original0.grad, conv.parametrizations.weight.original1.grad,
+    weight_norm = conv.parametrizations.weight
+    return [enc, att, padded, weights, bag, y, weight_norm.original0.grad, weight_norm.original1.grad,
             looked, emb.weight.detach()]
 
 
