@@ -33,11 +33,21 @@ def test_every_model_matches_the_cpu_with_no_op_in_the_fallback(results):
     assert all(r.params > 1000 for r in results)  # real models, not empty shells
 
 
+@pytest.mark.slow
+def test_a_compiled_model_matches_the_cpu_compiled():
+    # Inductor's kernels for musa (host driver: the C++ kernels the CPU gets) against the
+    # CPU device's compiled step; ~20 s.
+    (r,) = model_sweep.sweep(["llama"], compiled=True)
+    assert r.status == "pass", r.reason
+    assert r.generation == "n/a" and r.fallback_ops == {}
+    assert r.max_output_diff < 1e-5 and r.max_grad_diff < 1e-5
+
+
 def test_a_wrong_gradient_fails_its_model(monkeypatch):
     real = model_sweep._train_step
 
-    def off_by_an_ulp_on_musa(model, device):
-        y, grads, params = real(model, device)
+    def off_by_an_ulp_on_musa(model, device, compiled=False):
+        y, grads, params = real(model, device, compiled)
         if device == "musa":
             name = sorted(grads)[0]
             grads[name] = torch.nextafter(grads[name], torch.full_like(grads[name], float("inf")))
