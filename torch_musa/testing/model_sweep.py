@@ -291,7 +291,7 @@ def run_model(model: Model, compiled: bool = False) -> Result:
     r.grads_bitwise = set(g_cpu) == set(g_musa) and all(torch.equal(g_cpu[k], g_musa[k]) for k in g_cpu)
     r.max_grad_diff = max((_max_diff(g_cpu[k], g_musa[k]) for k in g_cpu if k in g_musa), default=0.0)
     # Bit for bit where musa runs the CPU's own kernels; Inductor generates each device's
-    # kernels itself, and for some models musa's kernels sum in another order than the CPU's
+    # kernels itself, and for some models musa's round differently from the CPU's
     # (float32 last bits: deberta_v2, mixtral, mamba, resnet, wav2vec2 on 2026-12-07).
     exact = KERNEL_DEVICE == "cpu" and not compiled
     if tokens is not None:
