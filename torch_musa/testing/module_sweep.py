@@ -47,7 +47,7 @@ from torch_musa.config import CONFIG
 
 from .dtypes import LOW_PRECISION
 from .sweep_common import (compare, draw_counts, load_testing_db, name_list, pick_entries, profile_limited,
-                           progress_bar, rate, to_device, weighted_grads, weighted_sum)
+                           progress_bar, rate, to_device, weighted_grads, weighted_sum, why)
 from .tolerances import tolerance
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -87,11 +87,6 @@ class Result:
 
 def _label(dtype) -> str:
     return str(dtype).replace("torch.", "")
-
-
-def _why(e: BaseException) -> str:
-    """The error in one line (assert_close's details included), cut at 300 characters."""
-    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
 
 
 def _spread(items: list, n: int) -> list:
@@ -304,7 +299,7 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
             try:
                 inputs = _inputs(mi, dtype, training, max_inputs)
             except Exception as e:  # the database cannot build inputs: not a musa result
-                cpu_errors.append(f"module_inputs_func: {_why(e)}")
+                cpu_errors.append(f"module_inputs_func: {why(e)}")
                 continue
             for mod_in in inputs:
                 ctor, fi = mod_in.constructor_input, mod_in.forward_input
@@ -317,7 +312,7 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
                     dev = copy.deepcopy(cpu)  # lazy modules: moved before their first forward
                     ref = _forward(cpu, fwd)
                 except Exception as e:
-                    cpu_errors.append(f"cpu raised {_why(e)}")
+                    cpu_errors.append(f"cpu raised {why(e)}")
                     continue
                 compared += 1
                 musa_fwd = _musa(fwd)
@@ -335,7 +330,7 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
                         _no_farther_than_cpu(cpu_fwd, dev_fwd, (out32, buf32), dtype)
                         widened.add("forward")
                 except Exception as e:
-                    fail("forward", f"forward{case}: {_why(e)}")
+                    fail("forward", f"forward{case}: {why(e)}")
                     continue
                 try:
                     g_ref = weighted_grads((fwd, list(cpu.parameters())), ref)
@@ -354,12 +349,12 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
                                                  list(_float32_reference(mi, ctor, fwd, dtype, training)[2]), dtype)
                             widened.add("backward")
                     except Exception as e:
-                        fail("backward", f"backward{case}: {_why(e)}")
+                        fail("backward", f"backward{case}: {why(e)}")
                 if list(dev.parameters()):
                     try:
                         problem = check_identity(mi, ctor, fwd, dtype, training)
                     except Exception as e:
-                        problem = _why(e)
+                        problem = why(e)
                     if problem:
                         fail("identity", f"identity{case}: {problem}")
                     elif status["identity"] == "n/a":
@@ -369,7 +364,7 @@ def run_case(mi, dtype, max_inputs: int = MAX_INPUTS) -> Result:
                         check_state_dict(mi, ctor, dtype, training, dev)
                         status["state_dict"] = "pass" if status["state_dict"] == "n/a" else status["state_dict"]
                     except Exception as e:
-                        fail("state_dict", f"state_dict{case}: {_why(e)}")
+                        fail("state_dict", f"state_dict{case}: {why(e)}")
     if not compared:
         return Result(mi.name, label, "skip", "n/a", "n/a", "n/a", 0,
                       cpu_errors[0] if cpu_errors else "no inputs")

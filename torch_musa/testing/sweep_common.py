@@ -117,6 +117,11 @@ def weighted_grads(inputs, out):
     return torch.autograd.grad(loss, ins, allow_unused=True)
 
 
+def why(e: BaseException) -> str:
+    """The error in one line (assert_close's details included), cut at 300 characters."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+
+
 def rate(passed: int, total: int) -> float:
     return passed / max(1, total)
 
