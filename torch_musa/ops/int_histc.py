@@ -12,8 +12,8 @@ int64 and then to the input dtype; ``min == max`` takes the data's min and max, 
 an empty range widens by one each side; elements outside ``[min, max]`` are not
 counted; bin = ``(x - min) * bins / (max - min)`` in int64 (the last bin includes
 ``max``); the result has the input's dtype. Every other dtype runs the CPU kernel
-unchanged, as the fallback ran it. Host driver only: the cuda driver's kernels are
-CUDA's own.
+unchanged, as the fallback ran it. Host driver only: the cuda driver serves histc with the
+generated wrapper of CUDA's own kernel (musa_functions.yaml lists both).
 """
 from __future__ import annotations
 
