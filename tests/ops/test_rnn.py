@@ -368,6 +368,17 @@ def test_double_backward(kind):
         torch.testing.assert_close(g_m.cpu(), g_c, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_gradcheck_with_batched_gradients(mode):
+    """gradcheck's batched gradients run the backward under vmap; PyTorch's test_modules
+    (LSTM, float64) found the sequence node's backward calling flatten there, which
+    functorch's batching layer has no rule for."""
+    torch.manual_seed(0)
+    m = nn.LSTM(3, 4).double().to("musa").train(mode == "train")
+    x = torch.randn(4, 2, 3, dtype=torch.float64, device="musa", requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: m(x)[0], (x,), check_batched_grad=True)
+
+
 @pytest.mark.requires_devices(2)
 def test_on_second_device():
     torch.manual_seed(0)
