@@ -5,6 +5,7 @@ The whole sweep (42 architectures) takes seconds, so CI runs all of it: every mo
 must match the CPU (bit for bit where the CPU's kernels run) with no op in the fallback.
 """
 import json
+import time
 
 import pytest
 import torch
@@ -84,6 +85,21 @@ def test_past_close_the_float64_step_decides(monkeypatch, musa_error, verdict):
         assert set(names) <= set(r.float64_judged) and "float64 judged" in model_sweep.table([r])
     else:
         assert "from the float64 step" in r.reason and r.float64_judged == []
+
+
+def test_a_model_past_the_time_limit_is_reported_and_the_sweep_goes_on(monkeypatch):
+    real = model_sweep._train_step
+
+    def stalls_on_bert(model, device, compiled=False, **kw):
+        if model.name == "bert":
+            time.sleep(30)  # stands in for a compile that does not end
+        return real(model, device, compiled, **kw)
+
+    monkeypatch.setattr(model_sweep, "_train_step", stalls_on_bert)
+    t0 = time.time()
+    bert, roberta = model_sweep.sweep(["bert", "roberta"], model_timeout=1)
+    assert bert.status == "error" and "took more than 1 s" in bert.reason
+    assert roberta.status == "pass" and time.time() - t0 < 20
 
 
 def test_the_sweep_computes_in_full_float32():

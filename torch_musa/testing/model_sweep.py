@@ -32,7 +32,9 @@ import argparse
 import contextlib
 import importlib.metadata
 import json
+import signal
 import sys
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -290,16 +292,38 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
 
 
-def run_model(model: Model, compiled: bool = False) -> Result:
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """A TimeoutError raised in the main thread after ``seconds`` (0, or another thread: no
+    limit). Inductor once sat for minutes in sympy while compiling a model's CPU backward;
+    the sweep reports that model and goes on."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"took more than {seconds:g} s (the sweep's time limit per model)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_model(model: Model, compiled: bool = False, timeout: float = 0) -> Result:
     import torch_musa.ops as musa_ops
 
     t0 = time.time()
     try:
-        y_cpu, g_cpu, params = _train_step(model, "cpu", compiled)
-        musa_ops.reset_fallback_stats()
-        y_musa, g_musa, _ = _train_step(model, "musa", compiled)
-        generate = model.generates and not compiled
-        tokens = {dev: _generate(model, dev) for dev in ("cpu", "musa")} if generate else None
+        with _time_limit(timeout):
+            y_cpu, g_cpu, params = _train_step(model, "cpu", compiled)
+            musa_ops.reset_fallback_stats()
+            y_musa, g_musa, _ = _train_step(model, "musa", compiled)
+            generate = model.generates and not compiled
+            tokens = {dev: _generate(model, dev) for dev in ("cpu", "musa")} if generate else None
     except Exception as e:  # noqa: BLE001 - a sweep reports every failure and goes on
         return Result(model.name, "error", reason=why(e), seconds=time.time() - t0)
     r = Result(model.name, "pass", params=params, fallback_ops=musa_ops.fallback_stats(),
@@ -371,9 +395,11 @@ def _full_float32():
         matmul.allow_tf32 = saved
 
 
-def sweep(names: list[str] | None = None, progress: bool = False, compiled: bool = False) -> list[Result]:
+def sweep(names: list[str] | None = None, progress: bool = False, compiled: bool = False,
+          model_timeout: float = 0) -> list[Result]:
     """``compiled``: each model's training step under ``torch.compile`` (Inductor) on both
-    devices, ~20 s a model on 2 cores; generation is not compared then."""
+    devices, ~20 s a model on 2 cores; generation is not compared then. ``model_timeout``:
+    seconds a model may take before it is reported as an error (0: no limit)."""
     picked = [m for m in MODELS if names is None or m.name in names]
     unknown = set(names or ()) - {m.name for m in MODELS}
     if unknown:
@@ -388,7 +414,7 @@ def sweep(names: list[str] | None = None, progress: bool = False, compiled: bool
             warnings.simplefilter("ignore")
             for model in bar:
                 bar.set_postfix_str(model.name, refresh=False)
-                results.append(run_model(model, compiled))
+                results.append(run_model(model, compiled, model_timeout))
     finally:
         registry.set_fallback_mode(CONFIG.fallback)
     return results
@@ -427,11 +453,14 @@ def main(argv=None) -> int:
     ap.add_argument("--models", help=f"comma-separated names (default all): {', '.join(m.name for m in MODELS)}")
     ap.add_argument("--compile", action="store_true",
                     help="the training step under torch.compile on both devices (~20 s a model on 2 cores)")
+    ap.add_argument("--model-timeout", type=float, default=600,
+                    help="seconds a model may take before it is reported as an error and the sweep "
+                         "goes on (default 600; 0: no limit)")
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--md", help="write the headline and the table as Markdown here")
     args = ap.parse_args(argv)
     t0 = time.time()
-    results = sweep(name_list(args.models), progress=True, compiled=args.compile)
+    results = sweep(name_list(args.models), progress=True, compiled=args.compile, model_timeout=args.model_timeout)
     print(table(results))
     print(headline(results))
     meta = {"command": "python -m torch_musa.testing.model_sweep " + " ".join(argv if argv is not None
