@@ -61,11 +61,12 @@ def test_a_wrong_gradient_fails_its_model(monkeypatch):
         assert r.output_bitwise and r.status == "fail" and "bit for bit" in r.reason
 
 
-@pytest.mark.parametrize("musa_error, verdict", [(0.0, "pass"), (10.0, "fail")])
+@pytest.mark.parametrize("musa_error, verdict", [(0.0, "pass"), (10.0, "fail"), (float("nan"), "fail")])
 def test_past_close_the_float64_step_decides(monkeypatch, musa_error, verdict):
     # YOLOS's embedding gradients cancel: the CPU's float32 is ~7e-4 from float64 where the
     # gradient is ~2e-5, past CLOSE. A device exactly at float64 (error 0) passes there; one
-    # 10x the CPU's error further out fails. Judged as under a GPU driver (tolerance, not bits).
+    # 10x the CPU's error further out fails, as does a NaN the CPU has not. Judged as under a
+    # GPU driver (tolerance, not bits).
     real = model_sweep._train_step
     names = ("embeddings.position_embeddings", "embeddings.cls_token")
 
@@ -73,8 +74,12 @@ def test_past_close_the_float64_step_decides(monkeypatch, musa_error, verdict):
         y, grads, params = real(model, device, compiled, **kw)
         if device == "musa":
             _, exact, _ = real(model, "cpu", dtype=torch.float64)
-            for n in names:
-                grads[n] = (exact[n] + musa_error * (grads[n].double() - exact[n])).float()
+            if musa_error != musa_error:  # NaN: in one element, where the CPU has a number
+                grads[names[0]] = exact[names[0]].float()
+                grads[names[0]].view(-1)[0] = float("nan")
+            else:
+                for n in names:
+                    grads[n] = (exact[n] + musa_error * (grads[n].double() - exact[n])).float()
         return y, grads, params
 
     monkeypatch.setattr(model_sweep, "_train_step", musa_at)
@@ -83,6 +88,8 @@ def test_past_close_the_float64_step_decides(monkeypatch, musa_error, verdict):
     assert r.status == verdict, r.reason
     if verdict == "pass":
         assert set(names) <= set(r.float64_judged) and "float64 judged" in model_sweep.table([r])
+    elif musa_error != musa_error:
+        assert "NaN where the CPU has none" in r.reason and r.float64_judged == []
     else:
         assert "from the float64 step" in r.reason and r.float64_judged == []
 

@@ -16,7 +16,7 @@ bit; under another driver, or compiled (Inductor generates each device's kernels
 CLOSE, with the bit-identity reported beside. Where a tensor is past CLOSE, the same
 step in float64 on the CPU decides: some gradients are sums that cancel, and there the
 CPU's own float32 answer is off by more than CLOSE allows (YOLOS's position embeddings:
-7e-4 from float64 where the gradient is 2e-5), so musa's may be at most FLOAT64_SLACK
+7e-4 from float64 where the gradient is 2e-5), so musa's may be at most ERROR_FACTOR
 times further from float64 than the CPU's is. Both devices compute in full float32 during
 the sweep (TF32 off). A model
 also reports the ops that took the boxed fallback while it ran on musa, which is
@@ -45,7 +45,7 @@ import torch
 from torch_musa._driver import KERNEL_DEVICE
 from torch_musa._table import render
 
-from .sweep_common import name_list, progress_bar, rate, why
+from .sweep_common import ERROR_FACTOR, distances_from_reference, name_list, progress_bar, rate, why
 
 SEED = 0
 #: The small sizes every config takes where it has the field (names differ by family).
@@ -61,9 +61,6 @@ NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, att
 #: The float32 closeness a model's outputs and gradients keep where musa's kernels are not
 #: the CPU's (another driver, or compiled).
 CLOSE = dict(rtol=1e-3, atol=1e-4)
-#: Past CLOSE, how many times further from the float64 CPU step than the CPU's float32
-#: musa's float32 may be.
-FLOAT64_SLACK = 4.0
 AUDIO = dict(conv_dim=[8, 8], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=8,
              num_conv_pos_embedding_groups=2, mask_time_prob=0.0)
 
@@ -350,8 +347,8 @@ def run_model(model: Model, compiled: bool = False, timeout: float = 0) -> Resul
 
 def _judge_by_tolerance(model: Model, r: Result, pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Each (musa, cpu) pair within CLOSE, or else no further from the float64 CPU step than
-    FLOAT64_SLACK times the CPU's own float32 error (the floor: float32's epsilon at the
-    tensor's scale). Sets ``r``'s status, reason and float64_judged."""
+    ERROR_FACTOR times the CPU's own float32 error (the floor: float32's epsilon at the
+    tensor's scale), with NaN where the CPU has it. Sets ``r``'s status, reason and float64_judged."""
     past = {}
     for name, (musa, cpu) in pairs.items():
         try:
@@ -368,14 +365,15 @@ def _judge_by_tolerance(model: Model, r: Result, pairs: dict[str, tuple[torch.Te
     exact = {"output": y64, **g64}
     for name in past:
         musa, cpu = pairs[name]
-        ref = exact[name]
-        err_cpu = (cpu.double() - ref).abs().max().item()
-        err_musa = (musa.double() - ref).abs().max().item()
-        floor = torch.finfo(torch.float32).eps * ref.abs().max().item()
-        if err_musa > FLOAT64_SLACK * max(err_cpu, floor):
+        try:
+            err_cpu, err_musa, scale = distances_from_reference(cpu, musa, exact[name], name)
+        except AssertionError as e:
+            r.status, r.reason = "fail", why(e)
+            return
+        if err_musa > ERROR_FACTOR * max(err_cpu, torch.finfo(torch.float32).eps * scale):
             r.status = "fail"
             r.reason = (f"{name}: {err_musa:.1e} from the float64 step, the CPU's float32 {err_cpu:.1e} "
-                        f"(at most {FLOAT64_SLACK:g}x allowed); {why(past[name])}")
+                        f"(at most {ERROR_FACTOR:g}x allowed); {why(past[name])}")
             return
     r.float64_judged = sorted(past)
 

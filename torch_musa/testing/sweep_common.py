@@ -117,6 +117,25 @@ def weighted_grads(inputs, out):
     return torch.autograd.grad(loss, ins, allow_unused=True)
 
 
+#: Where musa's kernels are not the CPU's (another algorithm or summation order), musa's
+#: distance from a more precise reference may be at most this many times the CPU's own: a
+#: wrong formula is off by the size of the values; another order, by a few ulps compounded
+#: through the layers. module_sweep: half precision against float32; model_sweep: float32
+#: against float64.
+ERROR_FACTOR = 4
+
+
+def distances_from_reference(cpu: torch.Tensor, got: torch.Tensor, ref: torch.Tensor,
+                             what: str) -> tuple[float, float, float]:
+    """The CPU's and musa's largest distances from ``ref`` and ``ref``'s scale (max |ref|),
+    NaN left out; an AssertionError naming ``what`` where musa has NaN and the CPU not, or the
+    reverse."""
+    a, b, r = cpu.double(), got.cpu().double(), ref.double()
+    assert torch.equal(b.isnan(), a.isnan()), f"{what}: NaN where the CPU has none, or the reverse"
+    return ((a - r).abs().nan_to_num(0).max().item(), (b - r).abs().nan_to_num(0).max().item(),
+            r.abs().nan_to_num(0).max().item())
+
+
 def why(e: BaseException) -> str:
     """The error in one line (assert_close's details included), cut at 300 characters."""
     return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
